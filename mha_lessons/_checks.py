@@ -1,0 +1,78 @@
+"""Input checks shared by the public functions.
+
+Every public function turns bad input into a ``ValueError`` whose message names
+the shapes or numbers involved, so that a learner never has to decode a numpy
+broadcasting traceback from deep inside the package.
+"""
+
+import numpy as np
+
+
+def as_float_array(x, name):
+    """Return ``x`` as a floating-point array, keeping float16/32/64 as they are.
+
+    Integer and boolean input is converted to float64 (documented behaviour of
+    every public function); anything else (strings, objects, complex numbers)
+    is rejected.
+    """
+    arr = np.asarray(x)
+    if np.issubdtype(arr.dtype, np.floating):
+        return arr
+    if np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
+        return arr.astype(np.float64)
+    raise ValueError(f"{name} must hold real numbers, got an array of dtype {arr.dtype}")
+
+
+def require_ndim(arr, name, min_ndim, layout):
+    if arr.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimensions {layout}, got shape {arr.shape}"
+        )
+
+
+def require_nonempty(length, name, axis_name):
+    if length < 1:
+        raise ValueError(f"{name} has {axis_name} = {length}; a sequence needs at least one position")
+
+
+def broadcast_batch(shapes_by_name):
+    """Broadcast leading batch shapes, naming the arrays when they do not fit."""
+    try:
+        return np.broadcast_shapes(*shapes_by_name.values())
+    except ValueError:
+        listed = ", ".join(f"{name} {shape}" for name, shape in shapes_by_name.items())
+        raise ValueError(f"batch dimensions do not broadcast: {listed}") from None
+
+
+def check_num_heads(d_model, num_heads):
+    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)):
+        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    if num_heads < 1:
+        raise ValueError(f"num_heads must be a positive integer, got {num_heads}")
+    if isinstance(d_model, bool) or not isinstance(d_model, (int, np.integer)) or d_model < 1:
+        raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
+    if d_model % num_heads:
+        raise ValueError(
+            f"d_model = {d_model} is not divisible by num_heads = {num_heads}: "
+            f"each head gets d_model / num_heads = {d_model / num_heads:g} features, "
+            f"which must be a whole number"
+        )
+
+
+def check_mask(mask, target_shape):
+    """Return ``mask`` as a boolean array that broadcasts to ``target_shape``."""
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise ValueError(
+            f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
+            f"for a 0/1 array write mask.astype(bool)"
+        )
+    try:
+        shape = np.broadcast_shapes(mask.shape, target_shape)
+    except ValueError:
+        shape = None
+    if shape != tuple(target_shape):
+        raise ValueError(
+            f"mask of shape {mask.shape} does not broadcast to the scores' shape {tuple(target_shape)}"
+        )
+    return mask

@@ -1,0 +1,168 @@
+"""Softmax, scaled dot-product attention and masks.
+
+Axis names used throughout the package:
+
+    ...      any number of leading batch dimensions (B in the chapters)
+    n        number of queries
+    m        number of keys (and values)
+    d_k      width of a query or key vector
+    d_v      width of a value vector
+
+Masks are boolean and **True means "may attend"**. (PyTorch's boolean
+``attn_mask`` of ``nn.MultiheadAttention`` uses the opposite convention.)
+"""
+
+import math
+
+import numpy as np
+
+from ._checks import as_float_array, broadcast_batch, check_mask, require_ndim, require_nonempty
+
+
+def softmax(x, axis=-1):
+    """Numerically stable softmax along ``axis``.
+
+    Subtracting the row maximum before ``exp`` changes nothing mathematically
+    (the factor ``exp(-max)`` cancels) but keeps every exponent at or below 0,
+    so logits of size 1e4 give finite results instead of ``inf / inf``.
+
+    Parameters
+    ----------
+    x : array_like of real numbers, any shape
+        Float16/32/64 input keeps its dtype; integer input is converted to float64.
+    axis : int
+        The axis whose entries are turned into probabilities.
+
+    Returns
+    -------
+    ndarray, same shape as ``x``
+        Non-negative, summing to 1 along ``axis``. A slice whose entries are all
+        ``-inf`` (everything masked out) gives all zeros. NaN in a slice makes
+        that slice NaN.
+
+    Examples
+    --------
+    >>> softmax(np.array([1.0, 2.0, 3.0])).round(4)
+    array([0.09  , 0.2447, 0.6652])
+    >>> softmax(np.array([1e4, -1e4]))
+    array([1., 0.])
+    """
+    x = as_float_array(x, "x")
+    row_max = np.max(x, axis=axis, keepdims=True)
+    # A slice that is all -inf has max -inf; use 0 instead so that exp(-inf) = 0 below.
+    row_max = np.where(np.isneginf(row_max), 0, row_max).astype(x.dtype, copy=False)
+    e = np.exp(x - row_max)
+    total = np.sum(e, axis=axis, keepdims=True)
+    # 0 / 0 only happens for all -inf slices; they get weight 0 everywhere.
+    return np.divide(e, total, out=np.zeros_like(e), where=total != 0)
+
+
+def causal_mask(n, m=None):
+    """Boolean ``(n, m)`` mask that lets query i see keys 0..i (True on and below the diagonal).
+
+    Parameters
+    ----------
+    n : int
+        Number of queries.
+    m : int, optional
+        Number of keys; defaults to ``n``.
+
+    Examples
+    --------
+    >>> causal_mask(3).astype(int)
+    array([[1, 0, 0],
+           [1, 1, 0],
+           [1, 1, 1]])
+    """
+    m = n if m is None else m
+    for name, value in (("n", n), ("m", m)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"causal_mask needs positive integer sizes, got {name} = {value!r}")
+    return np.tril(np.ones((n, m), dtype=bool))
+
+
+def padding_mask(lengths, m):
+    """Boolean ``(B, 1, m)`` key mask for a batch of sequences padded to length ``m``.
+
+    Sequence b has ``lengths[b]`` real tokens followed by padding; its keys at
+    positions ``>= lengths[b]`` are masked out for every query. The middle axis
+    of size 1 broadcasts over the queries.
+
+    Examples
+    --------
+    >>> padding_mask([2, 3], 3).astype(int)
+    array([[[1, 1, 0]],
+    <BLANKLINE>
+           [[1, 1, 1]]])
+    """
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"lengths must be a 1-D sequence of integers, got {lengths!r}")
+    if np.any(lengths < 0) or np.any(lengths > m):
+        raise ValueError(f"every length must lie between 0 and m = {m}, got {lengths.tolist()}")
+    return (np.arange(m) < lengths[:, None])[:, None, :]  # (B, m) -> (B, 1, m)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    """softmax(q kᵀ / √d_k) v, over any leading batch dimensions.
+
+    Parameters
+    ----------
+    q : array_like, (..., n, d_k)
+    k : array_like, (..., m, d_k)
+    v : array_like, (..., m, d_v)
+    mask : array_like of bool, broadcastable to (..., n, m), optional
+        True where query i may attend to key j. A query whose row is all False
+        attends to nothing: its weights are all 0 and its output is the zero
+        vector (PyTorch gives NaN there).
+
+    Returns
+    -------
+    out : ndarray, (..., n, d_v)
+    weights : ndarray, (..., n, m)
+        Each row sums to 1 (or is all 0 for a fully masked query).
+
+    The result has the floating dtype of the inputs (float32 stays float32);
+    integer input is converted to float64.
+
+    Examples
+    --------
+    >>> q = np.array([[1.0, 0.0]])               # one query,  d_k = 2
+    >>> k = np.array([[1.0, 0.0], [0.0, 1.0]])   # two keys
+    >>> v = np.array([[10.0], [20.0]])           # their values, d_v = 1
+    >>> out, w = scaled_dot_product_attention(q, k, v)
+    >>> w.round(4)
+    array([[0.6698, 0.3302]])
+    >>> out.round(4)
+    array([[13.3024]])
+    """
+    q, k, v = (as_float_array(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+    require_ndim(q, "q", 2, "(..., n, d_k)")
+    require_ndim(k, "k", 2, "(..., m, d_k)")
+    require_ndim(v, "v", 2, "(..., m, d_v)")
+    n, d_k = q.shape[-2:]
+    m = k.shape[-2]
+    require_nonempty(n, f"q of shape {q.shape}", "n")
+    require_nonempty(m, f"k of shape {k.shape}", "m")
+    if d_k < 1:
+        raise ValueError(f"q of shape {q.shape} has d_k = 0; query and key vectors need at least one feature")
+    if k.shape[-1] != d_k:
+        raise ValueError(
+            f"query and key widths differ: q has d_k = {d_k} (shape {q.shape}), "
+            f"k has {k.shape[-1]} (shape {k.shape}); the dot product needs them equal"
+        )
+    if v.shape[-2] != m:
+        raise ValueError(
+            f"keys and values differ in length: k has m = {m} (shape {k.shape}), "
+            f"v has {v.shape[-2]} (shape {v.shape}); each key needs exactly one value"
+        )
+    batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
+
+    # step 1: one score per (query, key) pair; step 2: divide by √d_k
+    scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(d_k)  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    if mask is not None:
+        mask = check_mask(mask, batch + (n, m))
+        scores = np.where(mask, scores, -np.inf).astype(scores.dtype, copy=False)
+    weights = softmax(scores, axis=-1)  # step 3: softmax over the keys, row by row
+    out = weights @ v  # step 4: weighted sum of values  (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    return out, weights
