@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # Submodules reachable as attributes without importing their heavier dependencies up front.
-_SUBMODULES = {"attention", "multihead", "plotting"}
+_SUBMODULES = {"attention", "multihead", "notebook", "plotting"}
 
 
 def __getattr__(name):

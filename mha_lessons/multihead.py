@@ -173,6 +173,8 @@ def multihead_attention(x_q, x_k, x_v, params, mask=None):
     params : MHAParams
     mask : array_like of bool, broadcastable to (..., n, m), optional
         True where query i may attend to key j; the same mask for every head.
+        A query that may attend to nothing gets zero weights, so its output is
+        the output bias ``b_o`` (zero without biases), where PyTorch gives NaN.
 
     Returns
     -------

@@ -94,7 +94,7 @@ def test_sdpa_matches_torch(rng, batch, n, m, d_k, d_v):
 def test_sdpa_with_masks_matches_torch(rng, mask_shape):
     q, k, v = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 6))
     mask = rng.random(mask_shape) < 0.6
-    mask[..., 0] = True  # every query may see at least one key, so torch gives no NaN
+    mask[..., 0] = True  # every query may see at least one key
     out, weights = M.scaled_dot_product_attention(q, k, v, mask)
     np.testing.assert_allclose(out, torch_sdpa(q, k, v, mask), rtol=RTOL, atol=1e-14)
     assert np.all(weights[~np.broadcast_to(mask, weights.shape)] == 0)
@@ -109,6 +109,8 @@ def test_sdpa_fully_masked_row_gives_zeros_not_nan(rng):
     np.testing.assert_array_equal(out[1], 0.0)
     # the other rows are untouched by the empty one
     np.testing.assert_allclose(out[[0, 2]], torch_sdpa(q, k, v)[[0, 2]], rtol=RTOL, atol=1e-14)
+    # torch's functional SDPA makes the same choice (a plain softmax would give nan)
+    np.testing.assert_allclose(out, torch_sdpa(q, k, v, mask), rtol=RTOL, atol=1e-14)
 
 
 def test_sdpa_weights_are_what_torch_multihead_returns_for_one_head(rng):

@@ -95,6 +95,22 @@ def test_padding_mask_matches_torch_key_padding_mask(rng):
     np.testing.assert_allclose(y, y_ref.detach().numpy(), rtol=RTOL, atol=1e-13)
 
 
+def test_fully_masked_query_gives_zero_weights_where_torch_gives_nan(rng):
+    params = random_params(rng, 8, 2)
+    x = rng.normal(size=(1, 4, 8))
+    mask = np.ones((4, 4), dtype=bool)
+    mask[2] = False
+    y, w = M.multihead_attention(x, x, x, params, mask=mask)
+    y_ref, w_ref = torch_mha(params, x, x, x, blocked=~mask)
+    assert np.all(np.isnan(w_ref[:, :, 2]))  # torch's layer: nan for the empty row
+    np.testing.assert_array_equal(w[:, :, 2], 0.0)  # ours: zero weights
+    # the empty row's output is then the output projection of a zero vector: just the bias b_o
+    np.testing.assert_allclose(y[0, 2], params.b_o, rtol=1e-14)
+    keep = [0, 1, 3]
+    np.testing.assert_allclose(y[:, keep], y_ref[:, keep], rtol=RTOL, atol=1e-13)
+    np.testing.assert_allclose(w[:, :, keep], w_ref[:, :, keep], rtol=RTOL, atol=1e-14)
+
+
 def test_no_bias_matches_torch(rng):
     params = random_params(rng, 8, 2, bias=False)
     x = rng.normal(size=(1, 3, 8))

@@ -1,0 +1,34 @@
+# The course's commands. Each creates .venv and installs requirements.txt first if needed.
+#   make book     build the website into _build/html (warnings are errors)
+#   make test     the strict book build, then unit tests, doctests and nbval on every notebook
+#   make execute  re-run every notebook in place after changing the code, storing the new outputs
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NOTEBOOKS := $(wildcard book/*.ipynb)
+
+.PHONY: venv book test execute clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	@echo "The website: $(CURDIR)/_build/html/index.html"
+
+test: book
+	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+		tests mha_lessons $(NOTEBOOKS)
+
+execute: $(STAMP)
+	$(BIN)/python scripts/execute_notebooks.py
+
+clean:
+	rm -rf _build .pytest_cache

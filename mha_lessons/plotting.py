@@ -1,0 +1,135 @@
+"""The course's figures: attention heat-maps, mask pictures and shape diagrams.
+
+matplotlib is imported here only, so ``import mha_lessons`` needs numpy alone.
+Every function draws on an ``ax`` it is given (or a new one) and returns it, so
+a chapter can arrange several panels and tests can inspect what was drawn.
+"""
+
+import numpy as np
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
+
+# Colours that read on a white and on a dark page alike.
+WEIGHTS_CMAP = "viridis"
+MASK_COLORS = ("#d9d9d9", "#3b75af")  # blocked, may attend
+SHAPE_COLORS = {"q": "#3b75af", "k": "#e1812c", "v": "#3a923a", "s": "#845b53", "o": "#8e6cb8"}
+
+
+def _new_ax(ax, size):
+    if ax is None:
+        _, ax = plt.subplots(figsize=size)
+    return ax
+
+
+def heatmap(matrix, *, ax=None, row_labels=None, col_labels=None, title=None, annotate=True,
+            fmt="{:.2f}", vmin=0.0, vmax=None, cmap=WEIGHTS_CMAP, xlabel="key", ylabel="query"):
+    """Draw a matrix (for example attention weights, queries down, keys across) with its values written in.
+
+    Parameters
+    ----------
+    matrix : array_like, (n, m)
+    row_labels, col_labels : sequences of str, optional
+        Token names for the rows (queries) and columns (keys).
+    annotate : bool
+        Write each value in its cell, in black or white for contrast.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    matrix = np.asarray(matrix, dtype=float)
+    if matrix.ndim != 2:
+        raise ValueError(f"heatmap needs a 2-D matrix, got shape {matrix.shape}")
+    n, m = matrix.shape
+    ax = _new_ax(ax, (0.6 * m + 1.5, 0.5 * n + 1.2))
+    vmax = float(np.nanmax(matrix)) if vmax is None else vmax
+    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax)
+    ax.set_xticks(range(m), labels=col_labels if col_labels is not None else range(m))
+    ax.set_yticks(range(n), labels=row_labels if row_labels is not None else range(n))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_ticks_position("top")
+    ax.xaxis.set_label_position("top")
+    if title:
+        ax.set_title(title, pad=12)
+    if annotate:
+        middle = vmin + 0.5 * (vmax - vmin)
+        for i in range(n):
+            for j in range(m):
+                value = matrix[i, j]
+                ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=9,
+                        color="black" if value > middle else "white")
+    return ax
+
+
+def mask_picture(mask, *, ax=None, row_labels=None, col_labels=None, title=None):
+    """Draw a boolean (n, m) mask: blue where the query may attend, grey where it may not."""
+    mask = np.asarray(mask)
+    if mask.ndim != 2 or mask.dtype != np.bool_:
+        raise ValueError(f"mask_picture needs a 2-D boolean mask, got shape {mask.shape} and dtype {mask.dtype}")
+    n, m = mask.shape
+    ax = _new_ax(ax, (0.45 * m + 1.5, 0.45 * n + 1.2))
+    from matplotlib.colors import ListedColormap
+
+    ax.imshow(mask.astype(int), cmap=ListedColormap(MASK_COLORS), vmin=0, vmax=1)
+    ax.set_xticks(range(m), labels=col_labels if col_labels is not None else range(m))
+    ax.set_yticks(range(n), labels=row_labels if row_labels is not None else range(n))
+    ax.set_xticks(np.arange(m + 1) - 0.5, minor=True)
+    ax.set_yticks(np.arange(n + 1) - 0.5, minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.tick_params(which="minor", length=0)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.xaxis.set_ticks_position("top")
+    ax.xaxis.set_label_position("top")
+    if title:
+        ax.set_title(title, pad=12)
+    return ax
+
+
+def _block(ax, x, y, width, height, color, label, dims):
+    ax.add_patch(Rectangle((x, y), width, height, facecolor=color, alpha=0.35, edgecolor=color, linewidth=2))
+    ax.text(x + width / 2, y + height / 2, label, ha="center", va="center", fontsize=13, fontweight="bold")
+    ax.text(x + width / 2, y - 0.35, dims, ha="center", va="top", fontsize=9)
+
+
+def sdpa_shapes(n, m, d_k, d_v, *, ax=None, unit=0.5):
+    """Draw the two matrix products of attention as blocks whose sides are proportional to n, m, d_k, d_v.
+
+    Q (n × d_k) times Kᵀ (d_k × m) gives the scores (n × m); the weights (n × m)
+    times V (m × d_v) give the output (n × d_v).
+
+    Returns
+    -------
+    matplotlib.axes.Axes, with one patch per block (six blocks).
+    """
+    for name, value in (("n", n), ("m", m), ("d_k", d_k), ("d_v", d_v)):
+        if value < 1:
+            raise ValueError(f"sdpa_shapes needs positive sizes, got {name} = {value}")
+    ax = _new_ax(ax, (11, 3.2))
+    u = unit
+    gap = 1.2
+    x = 0.0
+    top = max(n, d_k, m) * u
+    # Blocks are drawn hanging from a common top line; height is the number of rows.
+    items = [
+        ("Q", d_k, n, "q", f"n × d_k = {n} × {d_k}"), ("·", None, None, None, None),
+        ("Kᵀ", m, d_k, "k", f"d_k × m = {d_k} × {m}"), ("→", None, None, None, None),
+        ("S", m, n, "s", f"n × m = {n} × {m}"), ("   ", None, None, None, None),
+        ("A", m, n, "s", f"n × m = {n} × {m}"), ("·", None, None, None, None),
+        ("V", d_v, m, "v", f"m × d_v = {m} × {d_v}"), ("→", None, None, None, None),
+        ("out", d_v, n, "o", f"n × d_v = {n} × {d_v}"),
+    ]
+    for label, cols, rows, color, dims in items:
+        if cols is None:
+            ax.text(x + gap / 2, top - 0.5 * u * n, label, ha="center", va="center", fontsize=18)
+            x += gap
+            continue
+        _block(ax, x, top - rows * u, cols * u, rows * u, SHAPE_COLORS[color], label, dims)
+        x += cols * u + 0.2
+    ax.text(x / 2, top + 0.6, "softmax row by row turns S into A", ha="center", fontsize=10, style="italic")
+    ax.set_xlim(-0.3, x + 0.3)
+    ax.set_ylim(-1.2, top + 1.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return ax
