@@ -76,3 +76,35 @@ def check_mask(mask, target_shape):
             f"mask of shape {mask.shape} does not broadcast to the scores' shape {tuple(target_shape)}"
         )
     return mask
+
+
+def check_attention_inputs(q, k, v, mask):
+    """Validate the inputs of scaled dot-product attention; return them as float arrays.
+
+    q (..., n, d_k), k (..., m, d_k), v (..., m, d_v), mask boolean and
+    broadcastable to (..., n, m) or None.
+    """
+    q, k, v = (as_float_array(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+    require_ndim(q, "q", 2, "(..., n, d_k)")
+    require_ndim(k, "k", 2, "(..., m, d_k)")
+    require_ndim(v, "v", 2, "(..., m, d_v)")
+    n, d_k = q.shape[-2:]
+    m = k.shape[-2]
+    require_nonempty(n, f"q of shape {q.shape}", "n")
+    require_nonempty(m, f"k of shape {k.shape}", "m")
+    if d_k < 1:
+        raise ValueError(f"q of shape {q.shape} has d_k = 0; queries and keys need at least one feature")
+    if k.shape[-1] != d_k:
+        raise ValueError(
+            f"query and key widths differ: q has d_k = {d_k} (shape {q.shape}), "
+            f"k has {k.shape[-1]} (shape {k.shape}); the dot product needs them equal"
+        )
+    if v.shape[-2] != m:
+        raise ValueError(
+            f"keys and values differ in length: k has m = {m} (shape {k.shape}), "
+            f"v has {v.shape[-2]} (shape {v.shape}); each key needs exactly one value"
+        )
+    batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
+    if mask is not None:
+        mask = check_mask(mask, batch + (n, m))
+    return q, k, v, mask

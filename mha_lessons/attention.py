@@ -16,20 +16,20 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, broadcast_batch, check_mask, require_ndim, require_nonempty
+from ._checks import as_float_array, check_attention_inputs
 
 
 def softmax(x, axis=-1):
     """Numerically stable softmax along ``axis``.
 
     Subtracting the row maximum before ``exp`` changes nothing mathematically
-    (the factor ``exp(-max)`` cancels) but keeps every exponent at or below 0,
-    so logits of size 1e4 give finite results instead of ``inf / inf``.
+    (the factor ``exp(-max)`` cancels) but keeps every exponent at or below
+    0, so logits of size 1e4 give finite results instead of ``inf / inf``.
 
     Parameters
     ----------
     x : array_like of real numbers, any shape
-        Float16/32/64 input keeps its dtype; integer input is converted to float64.
+        Float16/32/64 input keeps its dtype; integers are converted to float64.
     axis : int
         The axis whose entries are turned into probabilities.
 
@@ -49,7 +49,7 @@ def softmax(x, axis=-1):
     """
     x = as_float_array(x, "x")
     row_max = np.max(x, axis=axis, keepdims=True)
-    # A slice that is all -inf has max -inf; use 0 instead so that exp(-inf) = 0 below.
+    # An all -inf slice has max -inf; use 0 instead, so that exp(-inf) = 0 below.
     row_max = np.where(np.isneginf(row_max), 0, row_max).astype(x.dtype, copy=False)
     e = np.exp(x - row_max)
     total = np.sum(e, axis=axis, keepdims=True)
@@ -114,7 +114,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     mask : array_like of bool, broadcastable to (..., n, m), optional
         True where query i may attend to key j. A query whose row is all False
         attends to nothing: its weights are all 0 and its output is the zero
-        vector (PyTorch gives NaN there).
+        vector (a plain softmax, and torch.nn.MultiheadAttention, give NaN).
 
     Returns
     -------
@@ -136,33 +136,16 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     >>> out.round(4)
     array([[13.3024]])
     """
-    q, k, v = (as_float_array(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
-    require_ndim(q, "q", 2, "(..., n, d_k)")
-    require_ndim(k, "k", 2, "(..., m, d_k)")
-    require_ndim(v, "v", 2, "(..., m, d_v)")
-    n, d_k = q.shape[-2:]
-    m = k.shape[-2]
-    require_nonempty(n, f"q of shape {q.shape}", "n")
-    require_nonempty(m, f"k of shape {k.shape}", "m")
-    if d_k < 1:
-        raise ValueError(f"q of shape {q.shape} has d_k = 0; query and key vectors need at least one feature")
-    if k.shape[-1] != d_k:
-        raise ValueError(
-            f"query and key widths differ: q has d_k = {d_k} (shape {q.shape}), "
-            f"k has {k.shape[-1]} (shape {k.shape}); the dot product needs them equal"
-        )
-    if v.shape[-2] != m:
-        raise ValueError(
-            f"keys and values differ in length: k has m = {m} (shape {k.shape}), "
-            f"v has {v.shape[-2]} (shape {v.shape}); each key needs exactly one value"
-        )
-    batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
-
-    # step 1: one score per (query, key) pair; step 2: divide by √d_k
-    scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(d_k)  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
-    if mask is not None:
-        mask = check_mask(mask, batch + (n, m))
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    d_k = q.shape[-1]
+    # step 1: one score per (query, key) pair
+    scores = q @ np.swapaxes(k, -1, -2)  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    # step 2: divide by √d_k
+    scores = scores / math.sqrt(d_k)
+    if mask is not None:  # forbidden pairs get score -inf, so weight exactly 0
         scores = np.where(mask, scores, -np.inf).astype(scores.dtype, copy=False)
-    weights = softmax(scores, axis=-1)  # step 3: softmax over the keys, row by row
-    out = weights @ v  # step 4: weighted sum of values  (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
+    # step 3: softmax over the keys, row by row
+    weights = softmax(scores, axis=-1)  # (..., n, m)
+    # step 4: weighted sum of the values
+    out = weights @ v  # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return out, weights

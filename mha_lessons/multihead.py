@@ -160,6 +160,29 @@ def _project(x, w, b):
     return y if b is None else y + b
 
 
+def _check_layer_inputs(x_q, x_k, x_v, params, mask):
+    """Validate the inputs of ``multihead_attention``; return the arrays as floats."""
+    if not isinstance(params, MHAParams):
+        raise ValueError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
+    arrays = []
+    for name, x, axis in (("x_q", x_q, "n"), ("x_k", x_k, "m"), ("x_v", x_v, "m")):
+        x = as_float_array(x, name)
+        require_ndim(x, name, 2, f"(..., {axis}, d_model)")
+        require_nonempty(x.shape[-2], f"{name} of shape {x.shape}", axis)
+        if x.shape[-1] != params.d_model:
+            raise ValueError(
+                f"{name} has shape {x.shape}, but the parameters expect d_model = {params.d_model} features"
+            )
+        arrays.append(x)
+    x_q, x_k, x_v = arrays
+    if x_k.shape[-2] != x_v.shape[-2]:
+        raise ValueError(f"keys and values differ in length: x_k has shape {x_k.shape}, x_v has shape {x_v.shape}")
+    batch = broadcast_batch({"x_q": x_q.shape[:-2], "x_k": x_k.shape[:-2], "x_v": x_v.shape[:-2]})
+    if mask is not None:
+        mask = check_mask(mask, batch + (x_q.shape[-2], x_k.shape[-2]))
+    return x_q, x_k, x_v, mask
+
+
 def multihead_attention(x_q, x_k, x_v, params, mask=None):
     """Multi-head attention: h scaled dot-product attentions on slices of learned projections.
 
@@ -190,26 +213,8 @@ def multihead_attention(x_q, x_k, x_v, params, mask=None):
     >>> y.shape, w.shape
     ((3, 8), (2, 3, 3))
     """
-    if not isinstance(params, MHAParams):
-        raise ValueError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
-    d_model, h = params.d_model, params.num_heads
-    arrays = {}
-    for name, x, axis in (("x_q", x_q, "n"), ("x_k", x_k, "m"), ("x_v", x_v, "m")):
-        x = as_float_array(x, name)
-        require_ndim(x, name, 2, f"(..., {axis}, d_model)")
-        require_nonempty(x.shape[-2], f"{name} of shape {x.shape}", axis)
-        if x.shape[-1] != d_model:
-            raise ValueError(f"{name} has shape {x.shape}, but the parameters expect d_model = {d_model} features")
-        arrays[name] = x
-    x_q, x_k, x_v = arrays["x_q"], arrays["x_k"], arrays["x_v"]
-    if x_k.shape[-2] != x_v.shape[-2]:
-        raise ValueError(
-            f"keys and values differ in length: x_k has shape {x_k.shape}, x_v has shape {x_v.shape}"
-        )
-    batch = broadcast_batch({"x_q": x_q.shape[:-2], "x_k": x_k.shape[:-2], "x_v": x_v.shape[:-2]})
-    if mask is not None:
-        mask = check_mask(mask, batch + (x_q.shape[-2], x_k.shape[-2]))
-
+    x_q, x_k, x_v, mask = _check_layer_inputs(x_q, x_k, x_v, params, mask)
+    h = params.num_heads
     # step 1: project every token to a query, a key and a value
     q = _project(x_q, params.w_q, params.b_q)  # (..., n, d_model)
     k = _project(x_k, params.w_k, params.b_k)  # (..., m, d_model)

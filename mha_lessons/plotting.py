@@ -115,21 +115,21 @@ def sdpa_shapes(n, m, d_k, d_v, *, ax=None, unit=0.5):
     items = [
         ("Q", d_k, n, "q", f"n × d_k = {n} × {d_k}"), ("·", None, None, None, None),
         ("Kᵀ", m, d_k, "k", f"d_k × m = {d_k} × {m}"), ("→", None, None, None, None),
-        ("S", m, n, "s", f"n × m = {n} × {m}"), ("   ", None, None, None, None),
+        ("S", m, n, "s", f"n × m = {n} × {m}"), ("softmax\n→", None, None, None, None),
         ("A", m, n, "s", f"n × m = {n} × {m}"), ("·", None, None, None, None),
         ("V", d_v, m, "v", f"m × d_v = {m} × {d_v}"), ("→", None, None, None, None),
         ("out", d_v, n, "o", f"n × d_v = {n} × {d_v}"),
     ]
     for label, cols, rows, color, dims in items:
         if cols is None:
-            ax.text(x + gap / 2, top - 0.5 * u * n, label, ha="center", va="center", fontsize=18)
+            size = 18 if len(label) == 1 else 10
+            ax.text(x + gap / 2, top - 0.5 * u * n, label, ha="center", va="center", fontsize=size)
             x += gap
             continue
         _block(ax, x, top - rows * u, cols * u, rows * u, SHAPE_COLORS[color], label, dims)
         x += cols * u + 0.2
-    ax.text(x / 2, top + 0.6, "softmax row by row turns S into A", ha="center", fontsize=10, style="italic")
     ax.set_xlim(-0.3, x + 0.3)
-    ax.set_ylim(-1.2, top + 1.0)
+    ax.set_ylim(-1.2, top + 0.3)
     ax.set_aspect("equal")
     ax.axis("off")
     return ax

@@ -1,0 +1,99 @@
+"""Checks on the book itself: table of contents, stored outputs, the Colab cell, machine-specific text."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted(p for p in (ROOT / "book").glob("*.ipynb"))
+
+
+def toc_entries():
+    toc = (ROOT / "_toc.yml").read_text()
+    return re.findall(r"^\s*(?:-\s*)?(?:file|root):\s*(\S+)", toc, flags=re.MULTILINE)
+
+
+def repository_url():
+    config = (ROOT / "_config.yml").read_text()
+    match = re.search(r"^repository:\s*\n\s+url:\s*(\S+)", config, flags=re.MULTILINE)
+    assert match, "_config.yml has no repository.url"
+    return match.group(1)
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def code_cells(nb):
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def test_there_are_chapters():
+    assert NOTEBOOKS, "no notebooks in book/"
+
+
+def test_every_toc_entry_exists_and_every_notebook_is_listed():
+    entries = toc_entries()
+    for entry in entries:
+        assert any((ROOT / f"{entry}{ext}").exists() for ext in (".md", ".ipynb")), entry
+    listed = {str(ROOT / entry) for entry in entries}
+    for nb in NOTEBOOKS:
+        assert str(nb.with_suffix("")) in listed, f"{nb.name} is not in _toc.yml"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stored_executed_in_order(path):
+    cells = [c for c in code_cells(load(path)) if "".join(c["source"]).strip()]
+    counts = [c["execution_count"] for c in cells]
+    assert all(isinstance(n, int) for n in counts), f"{path.name}: some code cells were never run"
+    assert counts == list(range(1, len(counts) + 1)), f"{path.name}: not run top to bottom in a fresh kernel: {counts}"
+    assert any(c["outputs"] for c in cells), f"{path.name}: no stored outputs"
+    for cell in cells:
+        for output in cell["outputs"]:
+            assert output["output_type"] != "error", f"{path.name}: a cell stored an error"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_colab_install_cell_is_first_and_identical(path):
+    first = code_cells(load(path))[0]
+    reference = "".join(code_cells(load(NOTEBOOKS[0]))[0]["source"])
+    source = "".join(first["source"])
+    assert source == reference, f"{path.name}: the Colab cell differs from {NOTEBOOKS[0].name}'s"
+    assert load(path)["cells"][0]["source"] == first["source"], f"{path.name}: the install cell is not the first cell"
+    assert 'if "google.colab" in sys.modules:' in source  # a no-op outside Colab
+    assert f"git+{repository_url()}" in source, "the install URL differs from _config.yml's repository.url"
+    assert "remove-cell" in first["metadata"].get("tags", []), "the install cell should not show on the website"
+
+
+MACHINE_SPECIFIC = [
+    (re.compile(r"0x[0-9a-fA-F]{6,}"), "a memory address"),
+    (re.compile(r"(/home/|/root/|/work/|/tmp/|site-packages|C:\\\\)"), "a machine path"),
+    (re.compile(r"\b\d+(\.\d+)?\s?(ms|µs|us|ns)\b|\bWall time\b|\bCPU times\b"), "a timing"),
+]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_machine_specific_text_in_outputs(path):
+    for index, cell in enumerate(code_cells(load(path))):
+        if "NBVAL_IGNORE_OUTPUT" in "".join(cell["source"]):
+            continue
+        for output in cell["outputs"]:
+            texts = [output.get("text", "")]
+            texts += [v for k, v in output.get("data", {}).items() if k.startswith("text/")]
+            text = "".join("".join(t) if isinstance(t, list) else t for t in texts)
+            for pattern, what in MACHINE_SPECIFIC:
+                assert not pattern.search(text), f"{path.name}, code cell {index}: {what} in the output"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_glued_names_used_in_prose_are_defined(path):
+    nb = load(path)
+    prose = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    used = set(re.findall(r"\{glue:\w*\}`([\w-]+)", prose))
+    defined = {
+        output.get("metadata", {}).get("scrapbook", {}).get("name")
+        for cell in code_cells(nb) for output in cell["outputs"]
+    }
+    assert used <= defined, f"{path.name}: glued in the text but never computed: {sorted(used - defined)}"
