@@ -10,6 +10,7 @@ used, as attributes of the package: ``M.plotting.heatmap(...)``.
 """
 
 import importlib
+import pkgutil
 
 from .attention import causal_mask, padding_mask, scaled_dot_product_attention, softmax
 from .multihead import (
@@ -38,8 +39,9 @@ __all__ = [
     "params_to_torch",
 ]
 
-# Submodules reachable as attributes without importing their heavier dependencies up front.
-_SUBMODULES = {"attention", "multihead", "notebook", "plotting"}
+# Every submodule (complexity, grads, plotting, widgets, ...) is reachable as an attribute,
+# imported on first use so that matplotlib, ipywidgets or torch load only when needed.
+_SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
 
 
 def __getattr__(name):
