@@ -2,6 +2,7 @@
 #   make book     build the website into _build/html (warnings are errors)
 #   make test     the strict book build, then unit tests, doctests and nbval on every notebook
 #   make execute  re-run every notebook in place after changing the code, storing the new outputs
+#   make bench    run the benchmarks under benchmarks/, writing tables to benchmarks/results/
 
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: venv book test execute clean
+.PHONY: venv book test execute bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,3 +33,6 @@ execute: $(STAMP)
 
 clean:
 	rm -rf _build .pytest_cache
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_widgets.py

@@ -133,3 +133,97 @@ def sdpa_shapes(n, m, d_k, d_v, *, ax=None, unit=0.5):
     ax.set_aspect("equal")
     ax.axis("off")
     return ax
+
+
+HEAD_COLORS = ("#3b75af", "#e1812c", "#3a923a", "#c03d3e", "#8e6cb8", "#845b53", "#d684bd", "#7f7f7f")
+
+
+def head_layout(n, d_model, num_heads, *, ax=None, unit=0.32):
+    """Draw how ``split_heads`` cuts an (n, d_model) matrix into h slabs of shape (n, d_k).
+
+    Left: the projected queries, one row per token, columns coloured by the head
+    that receives them. Right: the same numbers as the (h, n, d_k) array, one slab
+    per head, drawn as a stack.
+
+    Returns
+    -------
+    matplotlib.axes.Axes, with one patch per (token, head) cell on each side:
+    ``2 * n * num_heads`` patches in all.
+    """
+    from ._checks import check_num_heads
+
+    check_num_heads(d_model, num_heads)
+    d_k = d_model // num_heads
+    ax = _new_ax(ax, (11, 0.5 * n + 2.2))
+    u = unit
+    width = min(1.0, 12.0 / d_model) * u  # one feature column; wide models are drawn narrower
+    colors = [HEAD_COLORS[i % len(HEAD_COLORS)] for i in range(num_heads)]
+    # left: (n, d_model)
+    for row in range(n):
+        for head in range(num_heads):
+            ax.add_patch(Rectangle((head * d_k * width, -(row + 1) * u), d_k * width, u,
+                                   facecolor=colors[head], edgecolor="white", linewidth=1, alpha=0.8))
+    left_w = d_model * width
+    ax.text(left_w / 2, 0.35 * u + 0.1, f"(n, d_model) = ({n}, {d_model})", ha="center", fontsize=10)
+    for row in range(n):
+        ax.text(-0.1, -(row + 0.5) * u, f"token {row}", ha="right", va="center", fontsize=8)
+    # arrow
+    x0 = left_w + 0.6
+    ax.annotate("", xy=(x0 + 1.2, -n * u / 2), xytext=(x0, -n * u / 2),
+                arrowprops={"arrowstyle": "->", "linewidth": 1.5})
+    ax.text(x0 + 0.6, -n * u / 2 + 0.15, "split_heads", ha="center", fontsize=9)
+    # right: (h, n, d_k), one (n, d_k) slab per head, side by side
+    x1 = x0 + 1.7
+    gap = 0.25
+    slab = d_k * width
+    for head in range(num_heads):
+        left = x1 + head * (slab + gap)
+        for row in range(n):
+            ax.add_patch(Rectangle((left, -(row + 1) * u), slab, u,
+                                   facecolor=colors[head], edgecolor="white", linewidth=1, alpha=0.8))
+        ax.text(left + slab / 2, 0.1, f"head {head}", ha="center", va="bottom", fontsize=8,
+                rotation=0 if num_heads <= 4 else 45)
+    right_w = num_heads * slab + (num_heads - 1) * gap
+    ax.text(x1 + right_w / 2, -(n + 0.9) * u, f"(h, n, d_k) = ({num_heads}, {n}, {d_k})",
+            ha="center", fontsize=10)
+    ax.set_xlim(-1.0, x1 + right_w + 0.3)
+    ax.set_ylim(-(n + 1.5) * u, 0.9)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return ax
+
+
+def heads_mosaic(weights, *, ax=None, max_cols=8, vmax=None, cmap=WEIGHTS_CMAP):
+    """Draw the (h, n, m) attention weights of all heads as one image: a grid of n × m blocks.
+
+    One image on one axes is far cheaper to draw than h separate heat-maps, which
+    keeps a slider move fast. Blocks are separated by a blank row and column;
+    head i sits at grid cell (i // cols, i % cols), read left to right, top to bottom.
+
+    Returns
+    -------
+    matplotlib.axes.Axes whose single image is the mosaic (NaN in the gaps).
+    """
+    weights = np.asarray(weights, dtype=float)
+    if weights.ndim != 3:
+        raise ValueError(f"heads_mosaic needs weights of shape (h, n, m), got shape {weights.shape}")
+    h, n, m = weights.shape
+    cols = min(h, max_cols)
+    rows = -(-h // cols)  # ceiling division
+    mosaic = np.full((rows * (n + 1) - 1, cols * (m + 1) - 1), np.nan)
+    for i in range(h):
+        r, c = divmod(i, cols)
+        mosaic[r * (n + 1):r * (n + 1) + n, c * (m + 1):c * (m + 1) + m] = weights[i]
+    ax = _new_ax(ax, (1.2 * cols + 1, 1.2 * rows + 0.6))
+    colormap = plt.get_cmap(cmap).with_extremes(bad=(0, 0, 0, 0))  # gaps are transparent
+    vmax = float(np.nanmax(weights)) if vmax is None else vmax
+    ax.imshow(mosaic, cmap=colormap, vmin=0.0, vmax=vmax, interpolation="nearest")
+    if h <= max_cols:  # a label per head; with more rows, one label per row keeps redrawing cheap
+        for i in range(h):
+            ax.text(i * (m + 1) + (m - 1) / 2, -0.7, f"head {i}", ha="center", va="bottom", fontsize=8)
+    else:
+        for r in range(rows):
+            last = min(h, (r + 1) * cols) - 1
+            ax.text(-0.8, r * (n + 1) + (n - 1) / 2, f"heads {r * cols}-{last}", ha="right", va="center", fontsize=8)
+    ax.axis("off")
+    return ax

@@ -57,3 +57,32 @@ def test_format_table_checks_its_labels():
     assert table.splitlines()[1].split() == ["a", "1", "0"]
     with pytest.raises(ValueError, match=r"1 row and 2 column labels for a matrix of shape \(2, 2\)"):
         format_table(np.eye(2), ["a"], ["x", "y"])
+
+
+@pytest.mark.parametrize("n, d_model, h", [(4, 12, 3), (2, 512, 8), (3, 6, 1)])
+def test_head_layout_draws_every_token_of_every_head_twice(n, d_model, h):
+    ax = M.plotting.head_layout(n, d_model, h)
+    widths = [p.get_width() for p in ax.patches]
+    assert len(widths) == 2 * n * h  # left: (n, d_model) cut by head; right: h slabs of n rows
+    assert len(set(np.round(widths, 9))) == 1  # every head's block is d_k wide, on both sides
+    labels = [t.get_text() for t in ax.texts]
+    assert f"(h, n, d_k) = ({h}, {n}, {d_model // h})" in labels
+    assert [f"head {i}" for i in range(h)] == [t for t in labels if t.startswith("head ")]
+
+
+def test_head_layout_rejects_heads_that_do_not_divide():
+    with pytest.raises(ValueError, match="divisible"):
+        M.plotting.head_layout(3, 10, 4)
+
+
+def test_heads_mosaic_places_head_i_at_its_grid_cell(rng):
+    weights = rng.random((11, 3, 4))
+    ax = M.plotting.heads_mosaic(weights, max_cols=4)
+    mosaic = ax.images[0].get_array()
+    assert mosaic.shape == (3 * 4 - 1, 4 * 5 - 1)  # 3 rows and 4 columns of 3 x 4 blocks with gaps
+    for i in range(11):
+        r, c = divmod(i, 4)
+        np.testing.assert_array_equal(mosaic[r * 4:r * 4 + 3, c * 5:c * 5 + 4], weights[i])
+    assert np.isnan(np.ma.getdata(mosaic)).sum() == mosaic.size - weights.size
+    with pytest.raises(ValueError, match=r"\(h, n, m\), got shape \(3, 4\)"):
+        M.plotting.heads_mosaic(weights[0])
