@@ -22,6 +22,7 @@ venv: $(STAMP)
 
 book: $(STAMP)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	$(BIN)/python scripts/vendor_assets.py
 	@echo "The website: $(CURDIR)/_build/html/index.html"
 
 test: book

@@ -1,0 +1,178 @@
+"""The built website as a reader meets it: every page of the table of contents in headless Chromium.
+
+Needs `make book` first (`make test` does it) and Debian's `chromium` and `chromium-driver`
+(`.ci/run` installs them). Where they are missing the tests say so loudly; under CI=true that
+is a failure, elsewhere a skip with the reason. Screenshots land in _build/screenshots/.
+"""
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urljoin, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+TOC = (ROOT / "_toc.yml").read_text()
+ENTRIES = re.findall(r"^\s*(?:-\s*)?(?:file|root):\s*(\S+)", TOC, flags=re.MULTILINE)
+REPO = re.search(r"^repository:\s*\n\s+url:\s*https://github.com/(\S+)", (ROOT / "_config.yml").read_text(),
+                 flags=re.MULTILINE).group(1)
+# Hosts a page may never load anything from (it may still link to them, like the Colab button).
+EXTERNAL_ASSET = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=\"(https?:)?//", re.IGNORECASE)
+
+
+def require_browser():
+    missing = [name for name, path in (("chromium", CHROMIUM), ("chromedriver", DRIVER)) if path is None]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("the selenium package")
+    if not missing:
+        return
+    message = (f"BROWSER TESTS DID NOT RUN: {', '.join(missing)} not found. "
+               f"Install Debian's chromium and chromium-driver (see .ci/run).")
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def is_notebook(entry):
+    return (ROOT / f"{entry}.ipynb").exists()
+
+
+def has_widgets(entry):
+    if not is_notebook(entry):
+        return False
+    nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
+    return bool(nb.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json"))
+
+
+@pytest.fixture(scope="module")
+def site():
+    """Serve _build/html on 127.0.0.1 at a free port for the duration of the module."""
+    if not (HTML / "index.html").exists():
+        pytest.fail("_build/html is missing: run `make book` first")
+    handler = functools.partial(QuietHandler, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    driver.set_script_timeout(60)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def test_no_page_loads_anything_from_another_host():
+    pages = sorted(HTML.rglob("*.html"))
+    assert pages, "_build/html has no pages: run `make book` first"
+    for page in pages:
+        match = EXTERNAL_ASSET.search(page.read_text(errors="ignore"))
+        assert match is None, f"{page.relative_to(HTML)} loads {match.group(0)!r}... from another host"
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_page_in_a_real_browser(site, browser, entry):
+    url = urljoin(site, f"{entry}.html")
+    browser.get_log("browser")  # drop what earlier pages logged
+    browser.get(url)
+    typeset = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "if (!window.MathJax || !MathJax.startup) { done('no MathJax'); return; }"
+        "MathJax.startup.promise.then(() => done('ok'), e => done('error: ' + e));"
+    )
+    assert typeset == "ok", f"{entry}: MathJax did not run ({typeset})"
+    # Widgets render after load; give the manager a moment when the page has some.
+    if has_widgets(entry):
+        browser.execute_async_script(
+            "const done = arguments[arguments.length - 1]; let tries = 0;"
+            "const poll = () => (document.querySelector('.jupyter-widgets .widget-slider') || ++tries > 100)"
+            " ? done() : setTimeout(poll, 100); poll();"
+        )
+
+    # every math element typeset: nothing raw left in the visible text
+    raw = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.math, .math-wrapper'))"
+        ".filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60));"
+    )
+    assert raw == [], f"{entry}: math left untypeset: {raw[:3]}"
+    text = browser.execute_script("return document.querySelector('main').innerText;")
+    for marker in ("$$", "\\(", "\\[", "{glue:"):
+        assert marker not in text, f"{entry}: raw {marker!r} in the visible text"
+
+    # every image loaded
+    broken = browser.execute_script(
+        "return Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);"
+    )
+    assert broken == [], f"{entry}: images that did not load: {broken}"
+    # only this server was asked for anything
+    foreign = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(r => r.name).filter(n => !n.startsWith(arguments[0]));",
+        site,
+    )
+    assert foreign == [], f"{entry}: requests to other hosts: {foreign}"
+
+    # widgets: the snapshot of each panel shows its sliders and its figure
+    if has_widgets(entry):
+        sliders = browser.execute_script("return document.querySelectorAll('.jupyter-widgets .widget-slider').length;")
+        figures = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.jupyter-widgets img'))"
+            ".filter(i => i.complete && i.naturalWidth > 0).length;"
+        )
+        assert sliders > 0, f"{entry}: the widget snapshot shows no slider"
+        assert figures > 0, f"{entry}: the widget snapshot shows no figure"
+
+    # launch buttons point at this notebook in the repository
+    links = browser.execute_script("return Array.from(document.querySelectorAll('a')).map(a => a.href);")
+    if is_notebook(entry):
+        assert f"https://colab.research.google.com/github/{REPO}/blob/main/{entry}.ipynb" in links, entry
+        assert f"https://mybinder.org/v2/gh/{REPO}/main?urlpath=tree/{entry}.ipynb" in links, entry
+
+    # the sidebar lists every chapter
+    sidebar = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.bd-sidebar-primary a')).map(a => a.href);"
+    )
+    paths = {urlparse(href).path for href in sidebar}
+    for other in ENTRIES:
+        assert f"/{other}.html" in paths, f"{entry}: the sidebar has no link to {other}"
+
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], f"{entry}: console errors: {errors}"
+
+    height = browser.execute_script("return document.documentElement.scrollHeight;")
+    browser.set_window_size(1280, min(height, 16000))
+    browser.save_screenshot(str(SHOTS / f"{entry.replace('/', '_')}.png"))
+    browser.set_window_size(1280, 1000)
