@@ -48,13 +48,23 @@ def softmax(x, axis=-1):
     array([1., 0.])
     """
     x = as_float_array(x, "x")
+    return _softmax_inplace(x.copy(), axis)
+
+
+def _softmax_inplace(x, axis=-1):
+    """The softmax of ``x`` along ``axis``, written into ``x`` itself (a float array the caller owns).
+
+    Working in place saves the temporaries that ``exp(x - max) / sum`` would
+    allocate: for attention scores of shape (B, h, n, m) each one is large.
+    """
     row_max = np.max(x, axis=axis, keepdims=True)
-    # An all -inf slice has max -inf; use 0 instead, so that exp(-inf) = 0 below.
-    row_max = np.where(np.isneginf(row_max), 0, row_max).astype(x.dtype, copy=False)
-    e = np.exp(x - row_max)
-    total = np.sum(e, axis=axis, keepdims=True)
-    # 0 / 0 only happens for all -inf slices; they get weight 0 everywhere.
-    return np.divide(e, total, out=np.zeros_like(e), where=total != 0)
+    row_max[np.isneginf(row_max)] = 0  # an all -inf slice: exp(-inf - 0) = 0 below
+    x -= row_max
+    np.exp(x, out=x)
+    total = np.sum(x, axis=axis, keepdims=True)
+    total[total == 0] = 1  # only all -inf slices sum to 0; their zeros stay zeros
+    x /= total
+    return x
 
 
 def causal_mask(n, m=None):
@@ -138,14 +148,13 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     """
     q, k, v, mask = check_attention_inputs(q, k, v, mask)
     d_k = q.shape[-1]
-    # step 1: one score per (query, key) pair
-    scores = q @ np.swapaxes(k, -1, -2)  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
-    # step 2: divide by √d_k
-    scores = scores / math.sqrt(d_k)
+    # steps 1 and 2: scores of the scaled queries, (q / √d_k) kᵀ = q kᵀ / √d_k.
+    # Scaling q costs n·d_k multiplications, scaling the scores would cost n·m.
+    scores = (q * (1 / math.sqrt(d_k))) @ np.swapaxes(k, -1, -2)  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     if mask is not None:  # forbidden pairs get score -inf, so weight exactly 0
-        scores = np.where(mask, scores, -np.inf).astype(scores.dtype, copy=False)
-    # step 3: softmax over the keys, row by row
-    weights = softmax(scores, axis=-1)  # (..., n, m)
+        np.copyto(scores, -np.inf, where=~mask)
+    # step 3: softmax over the keys, row by row (in place: the scores are not needed again)
+    weights = _softmax_inplace(scores, axis=-1)  # (..., n, m)
     # step 4: weighted sum of the values
     out = weights @ v  # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return out, weights

@@ -4,6 +4,8 @@ Counts are derived from the code in ``multihead.py``, step by step, and the
 tests check them against PyTorch (``torch.nn.MultiheadAttention.parameters()``).
 """
 
+import numpy as np
+
 from ._checks import check_num_heads
 
 
@@ -27,3 +29,130 @@ def param_count(d_model, num_heads, bias=True):
     weights = 4 * d_model * d_model  # w_q, w_k, w_v, w_o
     biases = 4 * d_model if bias else 0  # b_q, b_k, b_v, b_o
     return weights + biases
+
+
+def _sizes(n, d_model, num_heads, m, batch):
+    check_num_heads(d_model, num_heads)
+    m = n if m is None else m
+    for name, value in (("n", n), ("m", m), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return m
+
+
+def mha_flops(n, d_model, num_heads, m=None, *, batch=1, bias=True):
+    """Floating-point operations of ``multihead_attention``, stage by stage, as the code does them.
+
+    A multiply-add counts as 2 FLOPs, the convention of ``torch.utils.flop_counter``.
+    Element-wise work counts 1 FLOP per element and operation: the scale is one
+    multiplication per query feature (the code scales q, not the scores), the
+    softmax five per score (max, subtract, exp, sum, divide), a bias one
+    addition per output number.
+
+    Parameters
+    ----------
+    n, m : int
+        Number of queries and of keys/values (``m`` defaults to ``n``: self-attention).
+    d_model, num_heads : int
+    batch : int
+    bias : bool
+
+    Returns
+    -------
+    dict
+        One entry per stage (``q_projection``, ``k_projection``, ``v_projection``,
+        ``scale``, ``scores``, ``softmax``, ``weighted_sum``, ``output_projection``,
+        ``bias``), then ``matmul`` (the matrix products only, what torch's counter
+        sees) and ``total``.
+
+    Examples
+    --------
+    >>> f = mha_flops(4, 8, 2)
+    >>> f["scores"] == 2 * 4 * 4 * 8      # h heads of (n, d_k) @ (d_k, m): 2 n m d_model
+    True
+    >>> f["matmul"]
+    2560
+    """
+    m = _sizes(n, d_model, num_heads, m, batch)
+    B, d = batch, d_model
+    stages = {
+        "q_projection": 2 * B * n * d * d,  # (B, n, d) @ (d, d)
+        "k_projection": 2 * B * m * d * d,  # (B, m, d) @ (d, d)
+        "v_projection": 2 * B * m * d * d,
+        "scale": B * n * d,  # q * (1 / √d_k)
+        "scores": 2 * B * n * m * d,  # h products (n, d_k) @ (d_k, m): 2 B h n m d_k = 2 B n m d
+        "softmax": 5 * B * num_heads * n * m,  # max, subtract, exp, sum, divide per score
+        "weighted_sum": 2 * B * n * m * d,  # h products (n, m) @ (m, d_k)
+        "output_projection": 2 * B * n * d * d,
+        "bias": B * d * (2 * n + 2 * m) if bias else 0,  # b_q, b_k, b_v, b_o
+    }
+    matmul_stages = ("q_projection", "k_projection", "v_projection", "scores", "weighted_sum", "output_projection")
+    stages["matmul"] = sum(stages[s] for s in matmul_stages)
+    stages["total"] = sum(v for k, v in stages.items() if k != "matmul")
+    return stages
+
+
+def mha_memory(n, d_model, num_heads, m=None, *, batch=1, dtype="float32"):
+    """Bytes of every array ``multihead_attention`` creates, and of its parameters.
+
+    Parameters
+    ----------
+    n, m, d_model, num_heads, batch : int
+        As in ``mha_flops``.
+    dtype : numpy dtype or its name
+        The floating type of the inputs and parameters.
+
+    Returns
+    -------
+    dict
+        ``q``, ``k``, ``v`` (the projections), ``weights`` (the (B, h, n, m)
+        scores, turned into weights in the same buffer), ``heads_output``,
+        ``concat``, ``y``, ``parameters``, and ``activations`` (all but the
+        parameters) in bytes.
+
+    Examples
+    --------
+    >>> mem = mha_memory(1024, 512, 8)
+    >>> mem["weights"] == 8 * 1024 * 1024 * 4      # h n m float32 numbers
+    True
+    """
+    m = _sizes(n, d_model, num_heads, m, batch)
+    size = np.dtype(dtype).itemsize
+    B, d = batch, d_model
+    arrays = {
+        "q": B * n * d,
+        "k": B * m * d,
+        "v": B * m * d,
+        "weights": B * num_heads * n * m,
+        "heads_output": B * n * d,  # (B, h, n, d_k)
+        "concat": B * n * d,  # combine_heads copies into (B, n, d_model)
+        "y": B * n * d,
+    }
+    memory = {name: count * size for name, count in arrays.items()}
+    memory["activations"] = sum(memory.values())
+    memory["parameters"] = param_count(d_model, num_heads) * size
+    return memory
+
+
+def fit_power_law(x, y):
+    """Fit ``y ≈ c · x**p`` by least squares on logarithms; return the exponent p and its standard error.
+
+    The standard error is the usual one of a straight-line slope,
+    ``√(s² / Σ (log x − mean)²)`` with ``s²`` the residual variance on
+    ``len(x) − 2`` degrees of freedom (NaN with only two points).
+
+    Examples
+    --------
+    >>> p, se = fit_power_law([1, 2, 4, 8], [3, 12, 48, 192])   # y = 3 x²
+    >>> round(p, 12), round(se, 12)
+    (2.0, 0.0)
+    """
+    x, y = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
+    if x.shape != y.shape or x.ndim != 1 or x.size < 2:
+        raise ValueError(f"fit_power_law needs two 1-D sequences of equal length >= 2, got {x.shape} and {y.shape}")
+    dx = x - x.mean()
+    slope = float(np.sum(dx * (y - y.mean())) / np.sum(dx ** 2))
+    residuals = y - y.mean() - slope * dx
+    dof = x.size - 2
+    se = float(np.sqrt(np.sum(residuals ** 2) / dof / np.sum(dx ** 2))) if dof > 0 else float("nan")
+    return slope, se

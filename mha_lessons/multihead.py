@@ -157,7 +157,9 @@ def init_params(d_model, num_heads, *, bias=True, seed=0, dtype=np.float64):
 
 def _project(x, w, b):
     y = x @ w  # (..., n, d_model) @ (d_model, d_model) -> (..., n, d_model)
-    return y if b is None else y + b
+    if b is not None:
+        y += b  # in place: y is a fresh array
+    return y
 
 
 def _check_layer_inputs(x_q, x_k, x_v, params, mask):

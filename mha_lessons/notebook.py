@@ -62,3 +62,28 @@ def format_table(matrix, row_labels=None, col_labels=None, fmt="{:.3f}"):
     lines = [" " * first + "".join(c.rjust(width) for c in cols)]
     lines += [r.ljust(first) + "".join(c.rjust(width) for c in row) for r, row in zip(rows, cells)]
     return "\n".join(lines)
+
+
+# The course's repository: the chapters' Colab cell installs from it, and stored benchmark results
+# are read from it when a chapter runs outside a clone (as in Colab). tests/test_book.py checks that
+# it equals repository.url in _config.yml.
+REPOSITORY = "https://github.com/mha-lessons/mha-lessons"
+
+
+def read_result(name):
+    """The text of a stored benchmark result, ``benchmarks/results/<name>``.
+
+    Read from the clone the notebook runs in when there is one (searching upwards
+    from the working directory), otherwise downloaded from the repository.
+    """
+    from pathlib import Path
+
+    for folder in [Path.cwd(), *Path.cwd().parents]:
+        path = folder / "benchmarks" / "results" / name
+        if path.is_file():
+            return path.read_text()
+    from urllib.request import urlopen
+
+    owner_repo = REPOSITORY.removeprefix("https://github.com/")
+    with urlopen(f"https://raw.githubusercontent.com/{owner_repo}/main/benchmarks/results/{name}") as response:
+        return response.read().decode()

@@ -97,3 +97,9 @@ def test_glued_names_used_in_prose_are_defined(path):
         for cell in code_cells(nb) for output in cell["outputs"]
     }
     assert used <= defined, f"{path.name}: glued in the text but never computed: {sorted(used - defined)}"
+
+
+def test_package_knows_the_repository_of_the_config():
+    from mha_lessons.notebook import REPOSITORY
+
+    assert REPOSITORY == repository_url()

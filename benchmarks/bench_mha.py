@@ -1,0 +1,255 @@
+"""Time multi-head attention: our numpy layer against torch's CPU layer, and what each speed-up bought.
+
+Three measurements, each the median of repeats, written to benchmarks/results/:
+
+1. ``mha_vs_n.csv``: time against the sequence length n (d_model = 512, h = 8, batch 1, float32)
+   for numpy and torch, with numpy's peak memory (tracemalloc) beside the formula's prediction;
+   the exponent of time against n is fitted over the large-n points, with its standard error.
+2. ``mha_vs_width.csv``: time against d_model at n = 512.
+3. ``mha_target.csv``: the issue's target point (B = 4, n = 1024, d_model = 512, h = 8, float32):
+   four versions of the attention core, from a straightforward one to the package's, against
+   torch, with achieved GFLOP/s as a fraction of this machine's numpy matmul GFLOP/s.
+
+plus ``mha_summary.md`` (the machine, the fits, the ratios) and ``mha_vs_n.png``.
+The chapter on cost reads these files. Usage: python benchmarks/bench_mha.py [--quick]
+"""
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mha_lessons as M  # noqa: E402
+from _machine import describe  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+# ---------------------------------------------------------------- four versions of the attention core
+# Each takes heads q (..., n, d_k), k and v (..., m, d_k) and returns the output and the weights.
+
+def core_straightforward(q, k, v):
+    """Textbook code: np.sqrt returns a float64 scalar, which silently upcasts float32 scores to float64."""
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])  # float64 (..., n, m)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))  # two more (..., n, m) temporaries
+    weights = e / e.sum(axis=-1, keepdims=True)  # and one more
+    return weights @ v, weights
+
+
+def core_no_upcast(q, k, v):
+    """The same with a Python float for the scale: float32 stays float32."""
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = e / e.sum(axis=-1, keepdims=True)
+    return weights @ v, weights
+
+
+def core_scale_queries(q, k, v):
+    """Scale the (n, d_k) queries instead of the (n, m) scores."""
+    scores = (q * (1 / math.sqrt(q.shape[-1]))) @ np.swapaxes(k, -1, -2)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = e / e.sum(axis=-1, keepdims=True)
+    return weights @ v, weights
+
+
+def core_package(q, k, v):
+    """The package's scaled_dot_product_attention: scaled queries and a softmax done in place."""
+    return M.scaled_dot_product_attention(q, k, v)
+
+
+CORES = [
+    ("straightforward (float64 upcast, temporaries)", core_straightforward),
+    ("scale as a Python float (no upcast)", core_no_upcast),
+    ("scale the queries, not the scores", core_scale_queries),
+    ("softmax in place (the package)", core_package),
+]
+
+
+def layer_with_core(core, x, params):
+    """Self-attention with the package's projections and heads around a given attention core."""
+    h = params.num_heads
+    q, k, v = (M.split_heads(x @ w + b, h) for w, b in ((params.w_q, params.b_q), (params.w_k, params.b_k),
+                                                          (params.w_v, params.b_v)))  # (B, h, n, d_k)
+    out, weights = core(q, k, v)
+    return M.combine_heads(out) @ params.w_o + params.b_o, weights  # (B, h, n, d_k) -> (B, n, d_model)
+
+
+# ---------------------------------------------------------------- timing helpers
+
+def median_time(fn, repeats):
+    fn()  # warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def repeats_for(seconds_per_call, budget=3.0, lo=3, hi=15):
+    return int(min(hi, max(lo, budget // max(seconds_per_call, 1e-6))))
+
+
+def setup(batch, n, d_model, h, seed=0):
+    params = M.init_params(d_model, h, seed=seed, dtype=np.float32)
+    x = np.random.default_rng(seed).normal(size=(batch, n, d_model)).astype(np.float32)
+    module = M.params_to_torch(params)
+    return params, x, module, torch.from_numpy(x)
+
+
+def time_pair(batch, n, d_model, h):
+    params, x, module, xt = setup(batch, n, d_model, h)
+
+    def ours():
+        M.multihead_attention(x, x, x, params)
+
+    def theirs():
+        with torch.no_grad():
+            module(xt, xt, xt, need_weights=True, average_attn_weights=False)
+
+    start = time.perf_counter()
+    ours()
+    reps = repeats_for(time.perf_counter() - start)
+    return median_time(ours, reps), median_time(theirs, reps), reps
+
+
+def peak_bytes(fn):
+    tracemalloc.start()
+    fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def matmul_gflops(size=2048, repeats=5):
+    a = np.random.default_rng(0).normal(size=(size, size)).astype(np.float32)
+    t = median_time(lambda: a @ a, repeats)
+    return 2 * size ** 3 / t / 1e9
+
+
+def write_csv(name, header, rows):
+    with open(RESULTS / name, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+# ---------------------------------------------------------------- the three measurements
+
+def sweep_n(ns, d_model=512, h=8):
+    rows = []
+    for i, n in enumerate(ns, 1):
+        ours, theirs, reps = time_pair(1, n, d_model, h)
+        params, x, _, _ = setup(1, n, d_model, h)
+        peak = peak_bytes(lambda: M.multihead_attention(x, x, x, params))
+        predicted = M.complexity.mha_memory(n, d_model, h)["activations"]
+        flops = M.complexity.mha_flops(n, d_model, h)["total"]
+        rows.append([n, ours, theirs, peak, predicted, flops])
+        print(f"  [{i}/{len(ns)}] n = {n:>5}: numpy {ours * 1e3:8.1f} ms, torch {theirs * 1e3:8.1f} ms "
+              f"({reps} repeats), peak {peak / 2**20:7.1f} MiB", flush=True)
+    write_csv("mha_vs_n.csv", ["n", "numpy_s", "torch_s", "numpy_peak_bytes", "predicted_bytes", "flops"], rows)
+    return rows
+
+
+def sweep_width(widths, n=512, h=8):
+    rows = []
+    for i, d in enumerate(widths, 1):
+        ours, theirs, reps = time_pair(1, n, d, h)
+        rows.append([d, ours, theirs, M.complexity.mha_flops(n, d, h)["total"]])
+        print(f"  [{i}/{len(widths)}] d_model = {d:>5}: numpy {ours * 1e3:8.1f} ms, torch {theirs * 1e3:8.1f} ms",
+              flush=True)
+    write_csv("mha_vs_width.csv", ["d_model", "numpy_s", "torch_s", "flops"], rows)
+    return rows
+
+
+def target_point(batch=4, n=1024, d_model=512, h=8, repeats=7):
+    params, x, module, xt = setup(batch, n, d_model, h)
+    flops = M.complexity.mha_flops(n, d_model, h, batch=batch)["matmul"]
+    peak_matmul = matmul_gflops()
+    with torch.no_grad():
+        t_torch = median_time(lambda: module(xt, xt, xt, need_weights=True, average_attn_weights=False), repeats)
+    rows = []
+    reference, _ = M.multihead_attention(x, x, x, params)
+    for i, (label, core) in enumerate(CORES, 1):
+        y, _ = layer_with_core(core, x, params)
+        np.testing.assert_allclose(y, reference, rtol=2e-3, atol=2e-4)  # every version computes the same layer
+        t = median_time(lambda: layer_with_core(core, x, params), repeats)
+        rows.append([label, t, t / t_torch, flops / t / 1e9, flops / t / 1e9 / peak_matmul])
+        print(f"  [{i}/{len(CORES)}] {label}: {t * 1e3:.0f} ms = {t / t_torch:.2f} x torch", flush=True)
+    t_pkg = median_time(lambda: M.multihead_attention(x, x, x, params), repeats)
+    rows.append(["M.multihead_attention", t_pkg, t_pkg / t_torch, flops / t_pkg / 1e9,
+                 flops / t_pkg / 1e9 / peak_matmul])
+    rows.append(["torch.nn.MultiheadAttention", t_torch, 1.0, flops / t_torch / 1e9,
+                 flops / t_torch / 1e9 / peak_matmul])
+    write_csv("mha_target.csv", ["version", "seconds", "ratio_to_torch", "gflops", "fraction_of_matmul"], rows)
+    return rows, peak_matmul, t_pkg / t_torch
+
+
+def plot(rows_n, slope, se_slope, slope_t, se_t):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = np.array([r[0] for r in rows_n])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.loglog(ns, [r[1] for r in rows_n], "o-", label=f"numpy (slope {slope:.2f} ± {se_slope:.2f})")
+    ax.loglog(ns, [r[2] for r in rows_n], "s-", label=f"torch (slope {slope_t:.2f} ± {se_t:.2f})")
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel("seconds per forward pass")
+    ax.set_title("d_model = 512, h = 8, batch 1, float32")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "mha_vs_n.png", dpi=100)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run, to check the script works")
+    args = parser.parse_args()
+    global RESULTS
+    if args.quick:  # a check of the script, not results: keep the stored ones untouched
+        RESULTS = RESULTS / "quick"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    ns = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 2048, 4096]
+    widths = [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024, 2048]
+    print(f"Machine: {describe()}; torch uses {torch.get_num_threads()} threads")
+    print("1. time against n")
+    rows_n = sweep_n(ns)
+    large = [r for r in rows_n if r[0] >= (256 if args.quick else 1024)]
+    slope, se = M.complexity.fit_power_law([r[0] for r in large], [r[1] for r in large])
+    slope_t, se_t = M.complexity.fit_power_law([r[0] for r in large], [r[2] for r in large])
+    print("2. time against d_model")
+    sweep_width(widths)
+    print("3. the target point")
+    target, peak_matmul, ratio = (target_point(batch=1, n=256) if args.quick else target_point())
+    plot(rows_n, slope, se, slope_t, se_t)
+    summary = [
+        "# Multi-head attention timings",
+        "",
+        f"Machine: {describe()}; torch {torch.__version__} with {torch.get_num_threads()} threads.",
+        "",
+        f"Exponent of time against n (n >= {large[0][0]}): numpy {slope:.2f} ± {se:.2f}, "
+        f"torch {slope_t:.2f} ± {se_t:.2f}.",
+        f"numpy matmul on this machine: {peak_matmul:.1f} GFLOP/s (float32, 2048 x 2048).",
+        f"Target point: numpy / torch = {ratio:.2f} (target 1.5).",
+        "",
+        "| version | ms | x torch | GFLOP/s | of matmul |",
+        "|---|---:|---:|---:|---:|",
+        *[f"| {r[0]} | {r[1] * 1e3:.0f} | {r[2]:.2f} | {r[3]:.1f} | {r[4]:.0%} |" for r in target],
+    ]
+    (RESULTS / "mha_summary.md").write_text("\n".join(summary) + "\n")
+    print("\n".join(summary))
+
+
+if __name__ == "__main__":
+    main()
