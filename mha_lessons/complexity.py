@@ -133,26 +133,3 @@ def mha_memory(n, d_model, num_heads, m=None, *, batch=1, dtype="float32"):
     memory["parameters"] = param_count(d_model, num_heads) * size
     return memory
 
-
-def fit_power_law(x, y):
-    """Fit ``y ≈ c · x**p`` by least squares on logarithms; return the exponent p and its standard error.
-
-    The standard error is the usual one of a straight-line slope,
-    ``√(s² / Σ (log x − mean)²)`` with ``s²`` the residual variance on
-    ``len(x) − 2`` degrees of freedom (NaN with only two points).
-
-    Examples
-    --------
-    >>> p, se = fit_power_law([1, 2, 4, 8], [3, 12, 48, 192])   # y = 3 x²
-    >>> round(p, 12), round(se, 12)
-    (2.0, 0.0)
-    """
-    x, y = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
-    if x.shape != y.shape or x.ndim != 1 or x.size < 2:
-        raise ValueError(f"fit_power_law needs two 1-D sequences of equal length >= 2, got {x.shape} and {y.shape}")
-    dx = x - x.mean()
-    slope = float(np.sum(dx * (y - y.mean())) / np.sum(dx ** 2))
-    residuals = y - y.mean() - slope * dx
-    dof = x.size - 2
-    se = float(np.sqrt(np.sum(residuals ** 2) / dof / np.sum(dx ** 2))) if dof > 0 else float("nan")
-    return slope, se

@@ -20,6 +20,10 @@ def glue(name, value, display=True):
     from IPython.core.formatters import format_display_data
     from IPython.display import display as ipy_display
 
+    if isinstance(value, float):
+        # 12 significant digits: enough for any text, and stable against last-bit differences
+        # between machines' math libraries, which nbval would otherwise report as a changed output.
+        value = float(f"{value:.12g}")
     bundle, metadata = format_display_data(value)
     prefix = "" if display else "application/papermill.record/"
     metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}

@@ -1,0 +1,483 @@
+"""Why attention divides by √d_k: the statistics of a dot product, and what they do to the softmax.
+
+Axis names used in this module:
+
+    N      independent draws of a query and a key (Monte Carlo samples)
+    d_k    width of a query or key vector
+    r      independent rows of attention scores (one query each)
+    m      keys in one row
+
+The random model behind every function: the d_k coordinate pairs (q_a, k_a) of a
+query and a key are independent and identically distributed; within a pair
+q_a ~ N(mean_q, std_q²) and k_a ~ N(mean_k, std_k²), jointly normal with
+correlation ``corr``. The defaults (means 0, standard deviations 1, correlation
+0) are the assumptions under which Var[q·k] = d_k. Chapter 2 derives
+
+    E[q·k]   = d_k (mean_q mean_k + corr std_q std_k)
+    Var[q·k] = d_k (std_q² std_k² (1 + corr²) + std_q² mean_k² + std_k² mean_q²
+                    + 2 corr std_q std_k mean_q mean_k)
+
+(``dot_product_moments``) and checks it against ``dot_product_variance``.
+"""
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ._checks import as_float_array, require_ndim
+from .attention import softmax
+
+# What the raw scores q·k are divided by before the softmax.
+DIVISORS = {
+    "none": lambda d_k: 1.0,
+    "sqrt": math.sqrt,  # the Transformer's choice, softmax(q·k / √d_k)
+    "d_k": float,
+}
+
+_CHUNK = 1 << 20  # draw at most about a million numbers at a time, whatever d_k is
+
+
+# ----------------------------------------------------------------------------- input checks
+
+def _positive_int(value, name, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer of at least {minimum}, got {value!r}")
+    return int(value)
+
+
+def _widths(d_ks):
+    """d_ks as a 1-D integer array of widths, each at least 1."""
+    arr = np.atleast_1d(np.asarray(d_ks))
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer) or np.any(arr < 1):
+        raise ValueError(f"d_ks must be a non-empty 1-D sequence of integers of at least 1, got {d_ks!r}")
+    return arr.astype(np.int64)
+
+
+def _check_distribution(mean_q, mean_k, std_q, std_k, corr):
+    for name, value in (("mean_q", mean_q), ("mean_k", mean_k), ("std_q", std_q), ("std_k", std_k), ("corr", corr)):
+        if not np.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    for name, value in (("std_q", std_q), ("std_k", std_k)):
+        if value < 0:
+            raise ValueError(f"{name} is a standard deviation and cannot be negative, got {value}")
+    if not -1 <= corr <= 1:
+        raise ValueError(f"corr is a correlation and must lie in [-1, 1], got {corr}")
+
+
+def _check_divisor(divisor):
+    if divisor not in DIVISORS:
+        raise ValueError(f"divisor must be one of {sorted(DIVISORS)}, got {divisor!r}")
+    return DIVISORS[divisor]
+
+
+# ----------------------------------------------------------------------------- the closed forms
+
+def dot_product_moments(d_k, *, mean_q=0.0, mean_k=0.0, std_q=1.0, std_k=1.0, corr=0.0):
+    """Mean and variance of q·k under the module's random model (closed forms).
+
+    Each term z_a = q_a k_a has mean ``mean_q mean_k + corr std_q std_k`` and,
+    for jointly normal pairs, variance ``std_q² std_k² (1 + corr²) +
+    std_q² mean_k² + std_k² mean_q² + 2 corr std_q std_k mean_q mean_k``; the
+    d_k terms are independent, so both add up d_k times. With ``corr = 0`` the
+    formulas hold for any distribution of the coordinates, not only the normal.
+
+    Parameters
+    ----------
+    d_k : int or array_like of int, any shape
+        Widths, each at least 1.
+    mean_q, mean_k, std_q, std_k : float
+        Mean and standard deviation of every coordinate of q and of k.
+    corr : float in [-1, 1]
+        Correlation between q_a and k_a (the same coordinate of q and k).
+
+    Returns
+    -------
+    mean, variance : float, or ndarrays of the shape of ``d_k``
+
+    Examples
+    --------
+    >>> dot_product_moments(64)
+    (0.0, 64.0)
+    >>> dot_product_moments(64, std_q=2.0)        # Var = d_k std_q² std_k²
+    (0.0, 256.0)
+    >>> dot_product_moments(64, corr=1.0)         # q = k: q·q has mean d_k, variance 2 d_k
+    (64.0, 128.0)
+    """
+    _check_distribution(mean_q, mean_k, std_q, std_k, corr)
+    widths = np.asarray(d_k)
+    if not np.issubdtype(widths.dtype, np.integer) or np.any(widths < 1):
+        raise ValueError(f"d_k must be an integer of at least 1 (or an array of them), got {d_k!r}")
+    cov = corr * std_q * std_k  # Cov(q_a, k_a)
+    term_mean = mean_q * mean_k + cov  # E[q_a k_a]
+    term_var = (std_q**2 * std_k**2 + cov**2  # Var[q_a k_a], Isserlis' theorem for the normal pair
+                + std_q**2 * mean_k**2 + std_k**2 * mean_q**2 + 2 * cov * mean_q * mean_k)
+    mean, variance = widths * term_mean, widths * term_var  # d_k independent terms
+    if widths.ndim == 0:
+        return float(mean), float(variance)
+    return mean.astype(float), variance.astype(float)
+
+
+def dot_product_kurtosis(d_k):
+    """Kurtosis E[s⁴] / Var[s]² of s = q·k for standard normal coordinates: 3 + 6 / d_k.
+
+    The terms z_a = q_a k_a are independent with E[z] = 0, E[z²] = 1 and
+    E[z⁴] = E[q⁴] E[k⁴] = 3 · 3 = 9. Expanding (z_1 + ... + z_d)⁴, only the
+    terms z_a⁴ (d of them) and z_a² z_b² (3 d (d - 1) of them) have a non-zero
+    mean, so E[s⁴] = 9 d + 3 d (d - 1) = 3 d² + 6 d, while Var[s]² = d².
+    A normal variable has kurtosis 3; q·k has heavier tails, approaching the
+    normal as d_k grows (the central limit theorem).
+
+    Parameters
+    ----------
+    d_k : int or array_like of int
+
+    Returns
+    -------
+    float, or ndarray of the shape of ``d_k``
+
+    Examples
+    --------
+    >>> dot_product_kurtosis(1), dot_product_kurtosis(64)
+    (9.0, 3.09375)
+    """
+    widths = np.asarray(d_k)
+    if not np.issubdtype(widths.dtype, np.integer) or np.any(widths < 1):
+        raise ValueError(f"d_k must be an integer of at least 1 (or an array of them), got {d_k!r}")
+    kurtosis = 3.0 + 6.0 / widths
+    return float(kurtosis) if widths.ndim == 0 else kurtosis
+
+
+def variance_standard_error(variance, kurtosis, n_samples):
+    """Standard error of the unbiased sample variance of ``n_samples`` independent draws.
+
+    For draws with variance σ² and kurtosis κ = E[(x - μ)⁴] / σ⁴ the unbiased
+    sample variance S² has Var[S²] = σ⁴ (κ - (N - 3) / (N - 1)) / N, so the
+    standard error is its square root. For normal draws (κ = 3) this is about
+    σ² √(2 / N).
+
+    Parameters
+    ----------
+    variance : float or ndarray
+        The true variance σ² (or an estimate of it).
+    kurtosis : float or ndarray, at least 1
+    n_samples : int, at least 2
+
+    Returns
+    -------
+    float or ndarray, broadcast from ``variance`` and ``kurtosis``
+
+    Examples
+    --------
+    >>> round(variance_standard_error(1.0, 3.0, 1000), 4)       # ≈ √(2 / 1000)
+    0.0447
+    """
+    n = _positive_int(n_samples, "n_samples", minimum=2)
+    variance, kurtosis = np.asarray(variance, dtype=float), np.asarray(kurtosis, dtype=float)
+    if np.any(variance < 0) or np.any(kurtosis < 1):
+        raise ValueError(
+            f"need variance >= 0 and kurtosis >= 1 (every distribution has kurtosis at least 1), "
+            f"got variance {variance.tolist()} and kurtosis {kurtosis.tolist()}"
+        )
+    se = variance * np.sqrt((kurtosis - (n - 3) / (n - 1)) / n)
+    return float(se) if se.ndim == 0 else se
+
+
+# ----------------------------------------------------------------------------- Monte Carlo
+
+def sample_qk(n_samples, d_k, *, mean_q=0.0, mean_k=0.0, std_q=1.0, std_k=1.0, corr=0.0, rng=None):
+    """Draw ``n_samples`` independent (query, key) pairs from the module's random model.
+
+    k is built from the same standard normal numbers as q plus independent
+    ones, ``corr z_q + √(1 - corr²) z_new``, which gives it correlation
+    ``corr`` with q coordinate by coordinate.
+
+    Parameters
+    ----------
+    n_samples, d_k : int, at least 1
+    mean_q, mean_k, std_q, std_k, corr : float
+        See ``dot_product_moments``.
+    rng : numpy.random.Generator or int or None
+        A generator, or a seed for a new one.
+
+    Returns
+    -------
+    q, k : ndarray, (N, d_k) each
+
+    Examples
+    --------
+    >>> q, k = sample_qk(5, 3, rng=0)
+    >>> q.shape, k.shape
+    ((5, 3), (5, 3))
+    """
+    n = _positive_int(n_samples, "n_samples")
+    d = _positive_int(d_k, "d_k")
+    _check_distribution(mean_q, mean_k, std_q, std_k, corr)
+    rng = np.random.default_rng(rng)
+    z_q = rng.standard_normal((n, d))  # (N, d_k)
+    z_k = corr * z_q + math.sqrt(1.0 - corr**2) * rng.standard_normal((n, d))  # (N, d_k), corr with z_q
+    return mean_q + std_q * z_q, mean_k + std_k * z_k
+
+
+class DotProductStats(NamedTuple):
+    """Measured statistics of s = q·k, one entry per width (arrays of shape (len(d_ks),))."""
+
+    d_k: np.ndarray
+    mean: np.ndarray  # sample mean of s
+    variance: np.ndarray  # unbiased sample variance of s
+    scaled_variance: np.ndarray  # unbiased sample variance of s / √d_k
+    kurtosis: np.ndarray  # sample kurtosis of s (fourth central moment / variance²)
+    n_samples: int
+
+
+def dot_product_variance(d_ks, n_samples, *, seed=0, **distribution):
+    """Monte Carlo: the variance of q·k, with and without the 1/√d_k, for several widths.
+
+    For each width, ``n_samples`` fresh pairs are drawn with ``sample_qk``
+    (independently across widths), so the estimates for different widths are
+    independent of each other.
+
+    Parameters
+    ----------
+    d_ks : sequence of int, (W,)
+        The widths d_k to try.
+    n_samples : int, at least 2
+        N, the number of (q, k) pairs per width.
+    seed : int
+        Seed of the one generator used for all widths.
+    **distribution
+        ``mean_q``, ``mean_k``, ``std_q``, ``std_k``, ``corr`` of ``sample_qk``.
+
+    Returns
+    -------
+    DotProductStats
+        Fields ``d_k``, ``mean``, ``variance``, ``scaled_variance``, ``kurtosis``,
+        each of shape (W,), and ``n_samples``.
+
+    Examples
+    --------
+    >>> stats = dot_product_variance([4, 64], 20000)
+    >>> stats.variance.round(), stats.scaled_variance.round(2)     # about d_k, and about 1
+    (array([ 4., 64.]), array([1.  , 0.99]))
+    """
+    widths = _widths(d_ks)
+    n = _positive_int(n_samples, "n_samples", minimum=2)
+    unknown = set(distribution) - {"mean_q", "mean_k", "std_q", "std_k", "corr"}
+    if unknown:
+        raise ValueError(f"unknown distribution parameters {sorted(unknown)}")
+    rng = np.random.default_rng(seed)
+    fields = {name: np.empty(len(widths)) for name in ("mean", "variance", "scaled_variance", "kurtosis")}
+    for i, d in enumerate(widths):
+        s = np.empty(n)  # (N,) the dot products q·k
+        rows = max(1, _CHUNK // int(d))
+        for start in range(0, n, rows):
+            q, k = sample_qk(min(rows, n - start), int(d), rng=rng, **distribution)  # (rows, d_k) each
+            s[start:start + len(q)] = np.einsum("na,na->n", q, k)  # (rows, d_k) · (rows, d_k) -> (rows,)
+        scaled = s / math.sqrt(d)  # the scores the Transformer feeds to the softmax
+        centred = s - s.mean()
+        fields["mean"][i] = s.mean()
+        fields["variance"][i] = s.var(ddof=1)
+        fields["scaled_variance"][i] = scaled.var(ddof=1)
+        fields["kurtosis"][i] = np.mean(centred**4) / np.mean(centred**2) ** 2
+    return DotProductStats(widths, n_samples=n, **fields)
+
+
+def fit_loglog_slope(x, y, rel_se=None):
+    """Least-squares line through (log x, log y), with the standard error of its slope.
+
+    If y ∝ x^p, the points (log x, log y) lie on a line of slope p. Each log y
+    has standard error ≈ ``rel_se`` (the relative standard error of y, by the
+    delta method: d log y = dy / y), the points are independent, and the
+    ordinary least-squares slope b = Σ (u_i - ū) log y_i / Σ (u_i - ū)² with
+    u = log x then has Var[b] = Σ (u_i - ū)² rel_se_i² / (Σ (u_i - ū)²)².
+
+    Parameters
+    ----------
+    x, y : array_like, (W,), positive
+    rel_se : float or array_like, (W,), optional
+        Relative standard error of each y, when it is known (a Monte Carlo
+        estimate). Without it (timings, whose noise is unknown) the slope's
+        standard error is estimated from the scatter of the points about the
+        line: √(s² / Σ (u_i - ū)²), s² the residual variance on W - 2 degrees
+        of freedom (NaN for two points).
+
+    Returns
+    -------
+    slope, intercept, slope_se : float
+        The line is log y = intercept + slope log x (natural logarithms).
+
+    Examples
+    --------
+    >>> slope, intercept, se = fit_loglog_slope([1, 10, 100], [2, 20, 200], 0.01)
+    >>> round(slope, 6), round(math.exp(intercept), 6), round(se, 5)
+    (1.0, 2.0, 0.00307)
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or len(x) < 2:
+        raise ValueError(f"x and y must be 1-D of the same length, at least 2, got shapes {x.shape} and {y.shape}")
+    if np.any(x <= 0) or np.any(y <= 0):
+        raise ValueError(f"a log-log fit needs positive x and y, got x {x.tolist()} and y {y.tolist()}")
+    if np.all(x == x[0]):
+        raise ValueError(f"all x are equal ({x[0]}); a slope needs at least two different x")
+    u, v = np.log(x), np.log(y)
+    du = u - u.mean()
+    sxx = np.sum(du**2)
+    slope = np.sum(du * v) / sxx
+    intercept = v.mean() - slope * u.mean()
+    if rel_se is not None:
+        rel_se = np.broadcast_to(np.asarray(rel_se, dtype=float), x.shape)
+        slope_se = math.sqrt(np.sum(du**2 * rel_se**2)) / sxx
+    else:
+        dof = len(x) - 2
+        residuals = v - intercept - slope * u
+        slope_se = math.sqrt(np.sum(residuals**2) / dof / sxx) if dof > 0 else float("nan")
+    return float(slope), float(intercept), float(slope_se)
+
+
+# ----------------------------------------------------------------------------- the softmax of a row
+
+def entropy(p, axis=-1):
+    """Shannon entropy -Σ p log p (in nats) of probability vectors along ``axis``, with 0 log 0 = 0.
+
+    It is log m for the uniform distribution over m keys and 0 for a one-hot one.
+
+    Parameters
+    ----------
+    p : array_like, any shape with at least one axis
+        Non-negative, summing to 1 along ``axis``.
+
+    Returns
+    -------
+    ndarray, the shape of ``p`` without ``axis``
+
+    Examples
+    --------
+    >>> float(entropy([0.25, 0.25, 0.25, 0.25])) == math.log(4)
+    True
+    >>> float(entropy([1.0, 0.0, 0.0]))
+    0.0
+    """
+    p = as_float_array(p, "p")
+    require_ndim(p, "p", 1, "(..., m)")
+    if np.any(p < 0):
+        raise ValueError(f"probabilities cannot be negative, got a minimum of {p.min()}")
+    logs = np.log(p, out=np.zeros_like(p), where=p > 0)  # 0 log 0 = 0
+    return 0.0 - np.sum(p * logs, axis=axis)  # 0.0 - x, not -x, so that a one-hot row gives 0.0, not -0.0
+
+
+def attention_logits(n_rows, m, d_k, *, divisor="sqrt", rng=None):
+    """Rows of attention scores q·k_j / divisor for standard normal queries and keys.
+
+    Row i compares one query with its own m keys, so the rows are independent.
+
+    Parameters
+    ----------
+    n_rows, m, d_k : int, at least 1
+        r rows, m keys per row, width d_k.
+    divisor : {"sqrt", "none", "d_k"}
+        Divide the scores by √d_k (the Transformer), by 1, or by d_k.
+    rng : numpy.random.Generator or int or None
+
+    Returns
+    -------
+    ndarray, (r, m)
+
+    Examples
+    --------
+    >>> attention_logits(2, 5, 64, rng=0).shape
+    (2, 5)
+    """
+    r = _positive_int(n_rows, "n_rows")
+    m = _positive_int(m, "m")
+    d = _positive_int(d_k, "d_k")
+    scale = _check_divisor(divisor)(d)
+    rng = np.random.default_rng(rng)
+    q = rng.standard_normal((r, 1, d))  # (r, 1, d_k): one query per row
+    k = rng.standard_normal((r, m, d))  # (r, m, d_k): m keys per row
+    return np.einsum("rqa,rma->rm", q, k) / scale  # (r, 1, d_k) · (r, m, d_k) -> (r, m)
+
+
+class Saturation(NamedTuple):
+    """Average entropy and largest weight of a softmax row, one entry per width (shape (W,))."""
+
+    d_k: np.ndarray
+    entropy: np.ndarray  # mean over rows of the entropy of softmax(row), in nats
+    max_weight: np.ndarray  # mean over rows of the largest weight of softmax(row)
+
+
+def softmax_saturation(d_ks, m, n_rows, *, divisor="sqrt", seed=0):
+    """How peaked the softmax of a row of m random scores is, for several widths.
+
+    Parameters
+    ----------
+    d_ks : sequence of int, (W,)
+    m : int, at least 1
+        Keys per row. A uniform softmax has entropy log m and largest weight 1/m;
+        a one-hot one has entropy 0 and largest weight 1.
+    n_rows : int, at least 1
+        Rows averaged over, for each width.
+    divisor : {"sqrt", "none", "d_k"}
+        See ``attention_logits``.
+    seed : int
+
+    Returns
+    -------
+    Saturation
+        Fields ``d_k``, ``entropy``, ``max_weight``, each of shape (W,).
+
+    Examples
+    --------
+    >>> softmax_saturation([4, 1024], m=16, n_rows=100, divisor="none").max_weight.round(2)
+    array([0.41, 0.97])
+    >>> softmax_saturation([4, 1024], m=16, n_rows=100, divisor="sqrt").max_weight.round(2)
+    array([0.23, 0.25])
+    """
+    widths = _widths(d_ks)
+    _check_divisor(divisor)
+    rng = np.random.default_rng(seed)
+    ent, top = np.empty(len(widths)), np.empty(len(widths))
+    for i, d in enumerate(widths):
+        p = softmax(attention_logits(n_rows, m, int(d), divisor=divisor, rng=rng), axis=-1)  # (r, m)
+        ent[i] = entropy(p, axis=-1).mean()
+        top[i] = p.max(axis=-1).mean()
+    return Saturation(widths, ent, top)
+
+
+def softmax_jacobian(x):
+    """Jacobian of the softmax over the last axis: J = diag(p) - p pᵀ, with p = softmax(x).
+
+    J[..., i, j] = ∂p_i / ∂x_j = p_i (δ_ij - p_j). Row i sums to
+    p_i (1 - Σ_j p_j) = 0, because adding the same number to every score does
+    not change the softmax. Its absolute row sums are 2 p_i (1 - p_i), and J is
+    symmetric, so its spectral norm is at most 2 max_i p_i (1 - p_i), which is
+    at most 2 (1 - max_i p_i): the gradient through a softmax vanishes as the
+    softmax becomes one-hot.
+
+    Parameters
+    ----------
+    x : array_like, (..., m)
+        Scores; the softmax runs over the last axis.
+
+    Returns
+    -------
+    ndarray, (..., m, m)
+        Symmetric in its last two axes.
+
+    Examples
+    --------
+    >>> softmax_jacobian([0.0, 0.0])
+    array([[ 0.25, -0.25],
+           [-0.25,  0.25]])
+    """
+    x = as_float_array(x, "x")
+    require_ndim(x, "x", 1, "(..., m)")
+    if x.shape[-1] < 1:
+        raise ValueError(f"x of shape {x.shape} has m = 0 scores on its last axis; the softmax needs at least one")
+    p = softmax(x, axis=-1)  # (..., m)
+    p_col = p[..., :, None]  # (..., m) -> (..., m, 1)
+    p_row = p[..., None, :]  # (..., m) -> (..., 1, m)
+    off_diagonal = p_col * p_row * (1 - np.eye(x.shape[-1], dtype=p.dtype))  # p_i p_j for i != j, (..., m, m)
+    # The diagonal p_i - p_i² equals p_i Σ_{j≠i} p_j. Written as a sum of small positive numbers it stays
+    # accurate when p_i is close to 1 (saturation), where p_i - p_i² would cancel to rounding noise.
+    diagonal = off_diagonal.sum(axis=-1)  # (..., m)
+    return diagonal[..., :, None] * np.eye(x.shape[-1], dtype=p.dtype) - off_diagonal  # diag(p) - p pᵀ
