@@ -1,0 +1,321 @@
+"""Backward passes of attention, mirroring ``attention.py`` and ``multihead.py``.
+
+For a scalar loss L and any array X of the forward pass, ``dX`` denotes the
+gradient ∂L/∂X: an array of the same shape as X. A backward function receives
+the gradient of the forward function's output and returns the gradients of its
+inputs. The functions come in the order of the forward code, and each line
+names the step of the forward pass it undoes and the equation of chapter 5
+(``eq-ch5-...``) it implements.
+
+Axis names (as in the forward modules):
+
+    ...       leading batch dimensions (B in the chapters)
+    h         number of heads
+    n, m      number of queries, number of keys/values
+    d_model   width of a token vector entering and leaving the layer
+    d_k       width of a query or key vector (of one head, in the layer)
+    d_v       width of a value vector
+
+``gradcheck`` at the end is the independent check: central finite differences.
+"""
+
+import copy
+import math
+
+import numpy as np
+
+from ._checks import as_float_array, check_attention_inputs
+from .attention import scaled_dot_product_attention
+from .multihead import MHAParams, _check_layer_inputs, _project, combine_heads, params_from_torch, split_heads
+
+
+def _check_same_shape(grad, grad_name, shape, what):
+    grad = as_float_array(grad, grad_name)
+    if grad.shape != tuple(shape):
+        raise ValueError(f"{grad_name} has shape {grad.shape}, but {what} has shape {tuple(shape)}; they must match")
+    return grad
+
+
+def _sum_to_shape(grad, shape):
+    """Undo broadcasting: sum ``grad`` over the axes along which an array of ``shape`` was broadcast.
+
+    An input used at several places (a key array shared by a whole batch) collects
+    the gradients of all the places it was used.
+    """
+    extra = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(extra)))  # leading axes the input did not have
+    stretched = tuple(i for i, size in enumerate(shape) if size == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=stretched, keepdims=True)  # axes of size 1 that were stretched
+
+
+# ---------------------------------------------------------------- attention.py
+
+
+def softmax_backward(weights, d_weights, axis=-1):
+    """Gradient with respect to the logits of ``weights = softmax(logits, axis)``.
+
+    ds = a ⊙ (da − Σ_j da_j a_j), the Jacobian-vector product of the softmax
+    (eq-ch5-softmax-backward) without ever forming the m × m Jacobian.
+
+    Parameters
+    ----------
+    weights : array_like, any shape
+        The softmax output ``a`` (it is all the backward needs). Masked entries
+        hold 0 and so get gradient 0; an all-zero slice (a fully masked query)
+        gets an all-zero gradient.
+    d_weights : array_like, same shape
+        ∂L/∂a.
+    axis : int
+        The axis the softmax normalised over.
+
+    Returns
+    -------
+    ndarray, same shape
+        ∂L/∂logits. Along ``axis`` it sums to 0.
+
+    Examples
+    --------
+    >>> a = np.array([0.5, 0.5])
+    >>> softmax_backward(a, np.array([1.0, 0.0]))      # raising logit 0 raises a_0, lowers a_1
+    array([ 0.25, -0.25])
+    >>> softmax_backward(a, np.array([1.0, 1.0]))      # the loss sees only the sum, always 1
+    array([0., 0.])
+    """
+    a = as_float_array(weights, "weights")
+    da = _check_same_shape(d_weights, "d_weights", a.shape, "weights")
+    # eq-ch5-softmax-backward: ds = a ⊙ (da − rowsum(da ⊙ a))
+    return a * (da - np.sum(da * a, axis=axis, keepdims=True))
+
+
+def sdpa_backward(q, k, v, d_out, mask=None):
+    """Gradients of ``scaled_dot_product_attention(q, k, v, mask)`` with respect to q, k and v.
+
+    The forward's steps are undone in reverse order, 4 to 1; the attention
+    weights are recomputed first (the backward needs them).
+
+    Parameters
+    ----------
+    q : array_like, (..., n, d_k)
+    k : array_like, (..., m, d_k)
+    v : array_like, (..., m, d_v)
+    d_out : array_like, (..., n, d_v)
+        ∂L/∂out, the gradient of the attention output.
+    mask : array_like of bool, broadcastable to (..., n, m), optional
+        As in the forward. Masked pairs get no gradient; a fully masked query
+        gets zero gradient.
+
+    Returns
+    -------
+    dq : ndarray, shape of q
+    dk : ndarray, shape of k
+    dv : ndarray, shape of v
+        An input broadcast over batch dimensions receives the sum of the
+        gradients of every place it was used.
+
+    Examples
+    --------
+    >>> q = np.array([[1.0, 0.0]]); k = np.array([[1.0, 0.0], [0.0, 1.0]]); v = np.array([[10.0], [20.0]])
+    >>> dq, dk, dv = sdpa_backward(q, k, v, d_out=np.array([[1.0]]))   # L = out[0, 0]
+    >>> dv.round(4)                                                     # = the weights: 0.6698, 0.3302
+    array([[0.6698],
+           [0.3302]])
+    >>> dq.round(3)            # turning q towards key 1 (value 20) raises the output, towards key 0 lowers it
+    array([[-1.564,  1.564]])
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    out, a = scaled_dot_product_attention(q, k, v, mask)  # forward again: a (..., n, m)
+    a = np.broadcast_to(a, out.shape[:-1] + a.shape[-1:])  # with the batch axes only v has, as d_out has them
+    d_out = _check_same_shape(d_out, "d_out", out.shape, "the attention output")
+    d_k = q.shape[-1]
+    # backward of step 4, O = A V
+    dv = np.swapaxes(a, -1, -2) @ d_out  # eq-ch5-dv: dV = Aᵀ dO, (..., m, n) @ (..., n, d_v) -> (..., m, d_v)
+    da = d_out @ np.swapaxes(v, -1, -2)  # eq-ch5-da: dA = dO Vᵀ, (..., n, d_v) @ (..., d_v, m) -> (..., n, m)
+    # backward of step 3, the softmax over keys (masked entries have a = 0, so they get 0)
+    ds_scaled = softmax_backward(a, da, axis=-1)  # eq-ch5-softmax-backward, (..., n, m)
+    # backward of step 2, division by √d_k
+    ds = ds_scaled / math.sqrt(d_k)  # eq-ch5-scale, (..., n, m)
+    # backward of step 1, S = Q Kᵀ
+    dq = ds @ k  # eq-ch5-dq: dQ = dS K, (..., n, m) @ (..., m, d_k) -> (..., n, d_k)
+    dk = np.swapaxes(ds, -1, -2) @ q  # eq-ch5-dk: dK = dSᵀ Q, (..., m, n) @ (..., n, d_k) -> (..., m, d_k)
+    return _sum_to_shape(dq, q.shape), _sum_to_shape(dk, k.shape), _sum_to_shape(dv, v.shape)
+
+
+# ---------------------------------------------------------------- multihead.py
+
+
+def split_heads_backward(d_heads):
+    """Backward of ``split_heads``: (..., h, n, d_k) -> (..., n, d_model) (eq-ch5-heads).
+
+    Splitting only moves entries, so each gradient entry moves back to where
+    its entry came from: the backward is ``combine_heads``.
+
+    Examples
+    --------
+    >>> split_heads_backward(np.ones((2, 3, 4))).shape
+    (3, 8)
+    """
+    return combine_heads(d_heads)
+
+
+def combine_heads_backward(d_x, num_heads):
+    """Backward of ``combine_heads``: (..., n, d_model) -> (..., h, n, d_k) (eq-ch5-heads); it is ``split_heads``.
+
+    Examples
+    --------
+    >>> combine_heads_backward(np.ones((3, 8)), 2).shape
+    (2, 3, 4)
+    """
+    return split_heads(d_x, num_heads)
+
+
+def _project_backward(x, w, dy, has_bias):
+    """Backward of ``y = x @ w (+ b)``: return dx, dw, db (db is None without a bias).
+
+    x (..., n, d_model) may have fewer or stretched batch dimensions than
+    dy (..., n, d_model); w and b are shared by every row of every batch
+    element, so their gradients sum over all of them.
+    """
+    d_model = w.shape[0]
+    dx = _sum_to_shape(dy @ w.T, x.shape)  # eq-ch5-proj: dX = dY Wᵀ, (..., n, d_model)
+    x_rows = np.broadcast_to(x, dy.shape).reshape(-1, d_model)  # (..., n, d_model) -> (N, d_model), N = all rows
+    dy_rows = dy.reshape(-1, d_model)  # (..., n, d_model) -> (N, d_model)
+    dw = x_rows.T @ dy_rows  # eq-ch5-proj: dW = Σ_rows Xᵀ dY, (d_model, N) @ (N, d_model) -> (d_model, d_model)
+    db = dy_rows.sum(axis=0) if has_bias else None  # eq-ch5-proj: db = Σ_rows dY, (d_model,)
+    return dx, dw, db
+
+
+def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
+    """Gradients of ``multihead_attention(x_q, x_k, x_v, params, mask)`` with respect to inputs and parameters.
+
+    The forward's steps are undone in reverse order, 5 to 1, after the forward
+    intermediates are recomputed.
+
+    Parameters
+    ----------
+    x_q : array_like, (..., n, d_model)
+    x_k, x_v : array_like, (..., m, d_model)
+    params : MHAParams
+    d_y : array_like, (..., n, d_model)
+        ∂L/∂y, the gradient of the layer's output.
+    mask : array_like of bool, broadcastable to (..., n, m), optional
+
+    Returns
+    -------
+    dx_q, dx_k, dx_v : ndarrays, the shapes of x_q, x_k, x_v
+        In self-attention (one array passed three times) the gradient of that
+        array is the sum ``dx_q + dx_k + dx_v`` (eq-ch5-three-paths).
+    dparams : MHAParams
+        Gradients of w_q, w_k, w_v, w_o (used as ``x @ w``) and of the biases,
+        summed over the batch dimensions; a bias that is ``None`` in ``params``
+        has gradient ``None``.
+
+    Examples
+    --------
+    >>> from mha_lessons import init_params
+    >>> p = init_params(4, 2, seed=0)
+    >>> x = np.random.default_rng(0).normal(size=(3, 4))
+    >>> dx_q, dx_k, dx_v, dp = mha_backward(x, x, x, p, d_y=np.ones((3, 4)))
+    >>> (dx_q + dx_k + dx_v).shape, dp.w_q.shape, dp.b_o.tolist()   # b_o's gradient: 3 rows of ones
+    ((3, 4), (4, 4), [3.0, 3.0, 3.0, 3.0])
+    """
+    x_q, x_k, x_v, mask = _check_layer_inputs(x_q, x_k, x_v, params, mask)
+    h = params.num_heads
+    # the forward again, keeping what the backward needs
+    q = split_heads(_project(x_q, params.w_q, params.b_q), h)  # steps 1-2: (..., h, n, d_k)
+    k = split_heads(_project(x_k, params.w_k, params.b_k), h)  # steps 1-2: (..., h, m, d_k)
+    v = split_heads(_project(x_v, params.w_v, params.b_v), h)  # steps 1-2: (..., h, m, d_k)
+    if mask is not None:
+        mask = mask.reshape(mask.shape[:-2] + (1,) + mask.shape[-2:])  # (..., n, m) -> (..., 1, n, m)
+    out, _ = scaled_dot_product_attention(q, k, v, mask)  # step 3: (..., h, n, d_k)
+    concat = combine_heads(out)  # step 4: (..., h, n, d_k) -> (..., n, d_model)
+    d_y = _check_same_shape(d_y, "d_y", concat.shape, "the layer's output")
+
+    # backward of step 5, the output projection y = concat @ w_o + b_o
+    d_concat, dw_o, db_o = _project_backward(concat, params.w_o, d_y, params.b_o is not None)  # eq-ch5-proj
+    # backward of step 4, combine heads
+    d_out = combine_heads_backward(d_concat, h)  # eq-ch5-heads: (..., n, d_model) -> (..., h, n, d_k)
+    # backward of step 3, attention in every head (sdpa steps 4 to 1)
+    dq, dk, dv = sdpa_backward(q, k, v, d_out, mask)  # eq-ch5-dv to eq-ch5-dk, each (..., h, ·, d_k)
+    # backward of step 2, split heads
+    dq = split_heads_backward(dq)  # eq-ch5-heads: (..., h, n, d_k) -> (..., n, d_model)
+    dk = split_heads_backward(dk)  # (..., h, m, d_k) -> (..., m, d_model)
+    dv = split_heads_backward(dv)  # (..., h, m, d_k) -> (..., m, d_model)
+    # backward of step 1, the three input projections
+    dx_q, dw_q, db_q = _project_backward(x_q, params.w_q, dq, params.b_q is not None)  # eq-ch5-proj
+    dx_k, dw_k, db_k = _project_backward(x_k, params.w_k, dk, params.b_k is not None)  # eq-ch5-proj
+    dx_v, dw_v, db_v = _project_backward(x_v, params.w_v, dv, params.b_v is not None)  # eq-ch5-proj
+    dparams = MHAParams(h, dw_q, dw_k, dw_v, dw_o, db_q, db_k, db_v, db_o)
+    return dx_q, dx_k, dx_v, dparams
+
+
+def grads_from_torch(module):
+    """The gradients autograd stored in a ``torch.nn.MultiheadAttention`` (``.grad``), as an ``MHAParams``.
+
+    torch keeps ``in_proj_weight`` (3 d_model, d_model), used as ``x @ W.T``.
+    Our weights are a fixed rearrangement of torch's (blocks, transposed), and
+    the gradient of a rearranged array is the gradient rearranged the same way,
+    so ``params_from_torch`` applied to the gradients gives ours.
+    """
+    import torch  # imported here so that the package needs only numpy
+
+    if not isinstance(module, torch.nn.MultiheadAttention):
+        raise ValueError(f"expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
+    missing = [name for name, p in module.named_parameters() if p.grad is None]
+    if missing:
+        raise ValueError(f"these parameters have no gradient (call backward first): {', '.join(missing)}")
+    holder = copy.deepcopy(module)
+    with torch.no_grad():
+        for slot, p in zip(holder.parameters(), module.parameters()):
+            slot.copy_(p.grad)
+    return params_from_torch(holder)
+
+
+# ---------------------------------------------------------------- the independent check
+
+
+def gradcheck(f, x, d_out=None, eps=1e-6):
+    """Numerical gradient of L(x) = sum(f(x) * d_out) by central finite differences (eq-ch5-central).
+
+    Each entry of ``x`` is moved by ±eps in turn: ∂L/∂x_i ≈ (L(x + eps e_i) − L(x − eps e_i)) / (2 eps).
+    The error is about eps² |L'''| / 6 (truncation) plus about ε_machine |L| / eps
+    (round-off): near 1e-10 relative for eps = 1e-6 in float64 and a smooth f.
+
+    Parameters
+    ----------
+    f : callable, array -> array
+        The function to differentiate; it must accept an array shaped like ``x``.
+    x : array_like, any shape (converted to float64)
+    d_out : array_like, shape of f(x), optional
+        The weights of the loss; default all ones, L = sum(f(x)).
+    eps : float
+        The step.
+
+    Returns
+    -------
+    ndarray, shape of x
+        The numerical ∂L/∂x, to compare with an analytic gradient.
+
+    Examples
+    --------
+    >>> gradcheck(lambda x: x ** 3, np.array([1.0, 2.0])).round(6)     # 3 x²
+    array([ 3., 12.])
+    """
+    x = np.array(x, dtype=np.float64)  # a private copy, moved entry by entry
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    y = np.asarray(f(x))
+    d_out = np.ones_like(y, dtype=np.float64) if d_out is None else _check_same_shape(d_out, "d_out", y.shape, "f(x)")
+
+    def loss():
+        return float(np.sum(np.asarray(f(x)) * d_out))
+
+    grad = np.zeros_like(x)
+    for i in np.ndindex(*x.shape):
+        saved = x[i]
+        x[i] = saved + eps
+        up = loss()
+        x[i] = saved - eps
+        down = loss()
+        x[i] = saved
+        grad[i] = (up - down) / (2 * eps)  # eq-ch5-central
+    return grad
