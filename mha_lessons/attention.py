@@ -38,7 +38,10 @@ def softmax(x, axis=-1):
     ndarray, same shape as ``x``
         Non-negative, summing to 1 along ``axis``. A slice whose entries are all
         ``-inf`` (everything masked out) gives all zeros. NaN in a slice makes
-        that slice NaN.
+        that slice NaN, and only that slice.
+
+    Raises ValueError for an ``axis`` that ``x`` does not have (a scalar has
+    none) and for an empty axis.
 
     Examples
     --------
@@ -48,6 +51,10 @@ def softmax(x, axis=-1):
     array([1., 0.])
     """
     x = as_float_array(x, "x")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for x of shape {x.shape}")
+    if x.shape[axis] == 0:
+        raise ValueError(f"x of shape {x.shape} has no entries along axis {axis}; the softmax needs at least one")
     return _softmax_inplace(x.copy(), axis)
 
 
@@ -105,6 +112,8 @@ def padding_mask(lengths, m):
     <BLANKLINE>
            [[1, 1, 1]]])
     """
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"m must be a positive integer, got {m!r}")
     lengths = np.asarray(lengths)
     if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
         raise ValueError(f"lengths must be a 1-D sequence of integers, got {lengths!r}")
@@ -130,10 +139,19 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     -------
     out : ndarray, (..., n, d_v)
     weights : ndarray, (..., n, m)
-        Each row sums to 1 (or is all 0 for a fully masked query).
+        Each row sums to 1 (or is all 0 for a fully masked query). Its batch
+        axes are those of q, k and the mask; batch axes that only v has are
+        not repeated here.
 
     The result has the floating dtype of the inputs (float32 stays float32);
     integer input is converted to float64.
+
+    NaN reaches exactly what depends on it: NaN in query i makes row i of
+    ``out`` and ``weights`` NaN; NaN in key j makes NaN every query that may
+    attend to key j (a masked-out key cannot reach a query). NaN in feature c
+    of a value makes feature c of *every* output NaN, even for queries whose
+    weight on that value is 0, because 0 · NaN = NaN in the weighted sum
+    (torch does the same).
 
     Examples
     --------
@@ -152,6 +170,9 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     # Scaling q costs n·d_k multiplications, scaling the scores would cost n·m.
     scores = (q * (1 / math.sqrt(d_k))) @ np.swapaxes(k, -1, -2)  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     if mask is not None:  # forbidden pairs get score -inf, so weight exactly 0
+        full = np.broadcast_shapes(scores.shape, mask.shape)
+        if full != scores.shape:  # the mask has batch axes that q and k lack
+            scores = np.broadcast_to(scores, full).copy()  # (..., n, m) -> the mask's batch axes too
         np.copyto(scores, -np.inf, where=~mask)
     # step 3: softmax over the keys, row by row (in place: the scores are not needed again)
     weights = _softmax_inplace(scores, axis=-1)  # (..., n, m)

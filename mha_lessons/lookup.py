@@ -137,7 +137,7 @@ def _check_sizes(n, d_content):
 
 
 def _check_targets(n, targets):
-    t0, t1 = targets
-    if not (0 <= t0 < n and 0 <= t1 < n) or t0 == t1:
-        raise ValueError(f"targets must be two different positions in range(n) = range({n}), got {tuple(targets)}")
-    return t0, t1
+    targets = tuple(targets)
+    if len(targets) != 2 or not all(0 <= t < n for t in targets) or targets[0] == targets[1]:
+        raise ValueError(f"targets must be two different positions in range(n) = range({n}), got {targets}")
+    return targets

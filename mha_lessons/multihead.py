@@ -205,7 +205,9 @@ def multihead_attention(x_q, x_k, x_v, params, mask=None):
     -------
     y : ndarray, (..., n, d_model)
     weights : ndarray, (..., h, n, m)
-        The attention weights of every head (not averaged).
+        The attention weights of every head (not averaged). Its batch axes are
+        those of x_q, x_k and the mask; batch axes that only x_v has are not
+        repeated here.
 
     Examples
     --------

@@ -1,0 +1,200 @@
+"""Floating types: what goes in comes out (no silent upcast), low precision stays accurate and finite,
+integers and booleans become float64 as ``_checks.as_float_array`` documents.
+
+Tolerances for the low-precision comparisons follow from the unit round-off u of the type
+(np.finfo(dtype).eps): a sum of T terms of size at most S is off by at most about T u S, and a score
+error δ changes a softmax weight by δ relatively (Higham, 2002, *Accuracy and Stability of Numerical
+Algorithms*, ch. 3). The reference is torch in float64 on the very same (rounded) inputs, so the
+comparison measures only the arithmetic of the lower precision.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import mha_lessons as M
+
+FLOATS = [np.float16, np.float32, np.float64]
+
+
+def inputs(rng, dtype, *shapes, scale=1.0):
+    return [(rng.normal(size=s) * scale).astype(dtype) for s in shapes]
+
+
+# ---------------------------------------------------------------- each float type comes out as it went in
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+def test_attention_keeps_the_floating_type(rng, dtype):
+    q, k, v = inputs(rng, dtype, (2, 3, 4), (2, 5, 4), (2, 5, 6))
+    assert M.softmax(q).dtype == dtype
+    assert M.softmax(q, axis=0).dtype == dtype
+    for mask in (None, rng.random((3, 5)) < 0.5):
+        out, w = M.scaled_dot_product_attention(q, k, v, mask)
+        assert out.dtype == dtype and w.dtype == dtype, mask
+    assert M.split_heads(q, 2).dtype == dtype and M.combine_heads(M.split_heads(q, 2)).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+def test_the_layer_keeps_the_floating_type(rng, dtype):
+    params = M.init_params(8, 2, dtype=dtype, seed=0)
+    assert all(a.dtype == dtype for a in params.arrays().values())
+    x_q, x_k = inputs(rng, dtype, (2, 3, 8), (2, 4, 8))
+    y, w = M.multihead_attention(x_q, x_k, x_k, params, mask=rng.random((3, 4)) < 0.7)
+    assert y.dtype == dtype and w.dtype == dtype
+    rebuilt = M.MHAParams(2, *(a for a in params.arrays().values()))  # arrays handed in keep their type
+    assert all(a.dtype == dtype for a in rebuilt.arrays().values())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_the_torch_bridge_keeps_the_floating_type(dtype):
+    params = M.init_params(8, 2, dtype=dtype, seed=0)
+    module = M.params_to_torch(params)
+    assert module.in_proj_weight.dtype == torch.from_numpy(np.zeros(1, dtype)).dtype
+    assert all(a.dtype == dtype for a in M.params_from_torch(module).arrays().values())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_gradients_keep_the_floating_type(rng, dtype):
+    from mha_lessons.grads import mha_backward, sdpa_backward, softmax_backward
+    from mha_lessons.scaling import entropy, softmax_jacobian
+
+    q, k, v, d_out = inputs(rng, dtype, (3, 4), (5, 4), (5, 2), (3, 2))
+    w = M.softmax(q)
+    assert softmax_backward(w, q).dtype == dtype
+    assert all(g.dtype == dtype for g in sdpa_backward(q, k, v, d_out))
+    params = M.init_params(4, 2, dtype=dtype)
+    *dx, dp = mha_backward(q, k, k, params, q)
+    assert all(g.dtype == dtype for g in dx) and all(g.dtype == dtype for g in dp.arrays().values())
+    assert softmax_jacobian(q).dtype == dtype and entropy(w).dtype == dtype
+
+
+def test_mixed_types_give_numpys_common_type(rng):
+    # no function downcasts: float32 with float64 gives float64, as numpy's own arithmetic does
+    q32, k64, v16 = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
+    out, w = M.scaled_dot_product_attention(q32, k64, v16.astype(np.float16))
+    assert out.dtype == np.float64 and w.dtype == np.float64
+    x32 = rng.normal(size=(3, 8)).astype(np.float32)
+    y, _ = M.multihead_attention(x32, x32, x32, M.init_params(8, 2, dtype=np.float64))
+    assert y.dtype == np.float64
+    y, _ = M.multihead_attention(x32.astype(np.float64), x32, x32, M.init_params(8, 2, dtype=np.float32))
+    assert y.dtype == np.float64
+
+
+# ---------------------------------------------------------------- low precision is still accurate
+
+def torch_reference(q, k, v):
+    t = [torch.from_numpy(a.astype(np.float64)) for a in (q, k, v)]
+    scores = t[0] @ t[1].transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return (torch.softmax(scores, -1) @ t[2]).numpy(), torch.softmax(scores, -1).numpy()
+
+
+@pytest.mark.parametrize("scale", [0.3, 1.0, 3.0])
+def test_float32_attention_is_accurate_to_float32_round_off(rng, scale):
+    q, k, v = inputs(rng, np.float32, (4, 6, 16), (4, 9, 16), (4, 9, 8), scale=scale)
+    out, w = M.scaled_dot_product_attention(q, k, v)
+    ref_out, ref_w = torch_reference(q, k, v)
+    u = np.finfo(np.float32).eps
+    score = float(np.abs(q).max() * np.abs(k).max() * math.sqrt(16))  # bounds |q·k| / √d_k
+    terms = 16 + 9  # a score adds d_k products, an output m weighted values
+    np.testing.assert_allclose(w, ref_w, rtol=0, atol=4 * terms * u * (1 + score))
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=4 * terms * u * (1 + score) * np.abs(v).max())
+    # and float32 round-off is not float64's: the comparison would notice a silent upcast to float64
+    assert np.abs(out - ref_out).max() > 1e3 * np.finfo(np.float64).eps * np.abs(ref_out).max()
+
+
+def test_float32_layer_is_accurate_to_float32_round_off(rng):
+    params64 = M.init_params(16, 4, seed=2)
+    params64.b_q += rng.normal(size=16)  # non-zero biases take part in the comparison
+    params32 = M.MHAParams(4, *(a.astype(np.float32) for a in params64.arrays().values()))
+    x = rng.normal(size=(3, 7, 16)).astype(np.float32)
+    y32, _ = M.multihead_attention(x, x, x, params32)
+    module = M.params_to_torch(M.MHAParams(4, *(a.astype(np.float64) for a in params32.arrays().values())))
+    t = torch.from_numpy(x.astype(np.float64))
+    ref = module(t, t, t)[0].detach().numpy()
+    # A score passes through d_model + d_k rounded terms, each off by u relative to the largest score S, and
+    # moves its weight by that much relatively; the output adds m values and d_model columns of W_O more.
+    u, d_model, d_k, m = np.finfo(np.float32).eps, 16, 4, 7
+    p = params64
+    q, k, v = (x.astype(np.float64) @ w + b for w, b in ((p.w_q, p.b_q), (p.w_k, p.b_k), (p.w_v, p.b_v)))
+    score = np.abs(q).max() * np.abs(k).max() * math.sqrt(d_k)  # bounds |q_i · k_j| / √d_k
+    y_size = np.abs(v).max() * d_model * np.abs(p.w_o).max() + np.abs(p.b_o).max()  # bounds |y|
+    np.testing.assert_allclose(y32, ref, rtol=0, atol=4 * (3 * d_model + d_k + m) * u * (1 + score) * y_size)
+    assert np.abs(y32 - ref).max() > 1e3 * np.finfo(np.float64).eps * np.abs(ref).max()  # float32 really was used
+
+
+# ---------------------------------------------------------------- float16: huge logits, finite softmax
+
+FP16_MAX = float(np.finfo(np.float16).max)  # 65504
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        [FP16_MAX, -FP16_MAX, 60000.0],  # the difference -65504 - 65504 overflows float16 to -inf: exp gives 0
+        [FP16_MAX, FP16_MAX, FP16_MAX],
+        [-FP16_MAX, -FP16_MAX, -60000.0],
+        [30000.0, 29984.0, 29952.0],  # neighbours 16 and 48 apart: e^-16, e^-48
+        [11.0, 12.0, -np.inf],  # exp(12) alone would be 162755 > 65504
+        [-np.inf, -np.inf, -np.inf],
+    ],
+)
+def test_float16_softmax_of_huge_logits_is_finite_and_right(row):
+    x = np.array([row, row[::-1]], dtype=np.float16)
+    with np.errstate(over="ignore"):  # the first row's overflow to -inf is the correct result
+        p = M.softmax(x)
+    assert p.dtype == np.float16 and np.all(np.isfinite(p))
+    ref = torch.softmax(torch.from_numpy(x.astype(np.float64)), dim=-1).nan_to_num(0.0).numpy()
+    # exponents are exact or off by u |x - max| / 2; exp(-t) t ≤ 1/e bounds what that does to a weight;
+    # the sum and the division add m + 1 roundings of u / 2
+    m, u = x.shape[-1], float(np.finfo(np.float16).eps)
+    np.testing.assert_allclose(p.astype(np.float64), ref, rtol=0, atol=(m + 2) * u)
+
+
+def test_float16_attention_with_scores_beyond_exp_range_is_finite(rng):
+    q, k, v = inputs(rng, np.float16, (2, 4, 8), (2, 6, 8), (2, 6, 3), scale=5.0)  # scores of order 50
+    out, w = M.scaled_dot_product_attention(q, k, v, mask=rng.random((4, 6)) < 0.7)
+    assert out.dtype == np.float16 and w.dtype == np.float16
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(w))
+    sums = w.astype(np.float64).sum(-1)
+    live = sums > 0  # a fully masked row sums to 0
+    np.testing.assert_allclose(sums[live], 1.0, rtol=0, atol=(6 + 2) * float(np.finfo(np.float16).eps))
+
+
+# ---------------------------------------------------------------- integers and booleans become float64
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.bool_])
+def test_integer_and_boolean_input_becomes_float64(rng, dtype):
+    x = (rng.integers(0, 3, size=(2, 3, 4)) > 0) if dtype is np.bool_ else rng.integers(0, 5, size=(2, 3, 4))
+    x = x.astype(dtype)
+    as_float = x.astype(np.float64)
+    for ours, expected in [
+        (M.softmax(x), M.softmax(as_float)),
+        (M.scaled_dot_product_attention(x, x, x)[0], M.scaled_dot_product_attention(as_float, as_float, as_float)[0]),
+    ]:
+        assert ours.dtype == np.float64
+        np.testing.assert_array_equal(ours, expected)
+    params = M.init_params(4, 2)
+    y, w = M.multihead_attention(x, x, x, params)
+    assert y.dtype == np.float64 and w.dtype == np.float64
+    np.testing.assert_array_equal(y, M.multihead_attention(as_float, as_float, as_float, params)[0])
+    assert M.softmax([1, 2, 3]).dtype == np.float64  # a plain list of ints too
+
+
+def test_integer_parameters_become_float64():
+    eye = np.eye(4, dtype=np.int64)
+    params = M.MHAParams(2, eye, eye, eye, eye, b_o=np.zeros(4, dtype=np.int32))
+    assert all(a.dtype == np.float64 for a in params.arrays().values())
+
+
+def test_layout_functions_keep_any_type():
+    # split_heads and combine_heads only move entries: they neither need nor make floats
+    for x in (np.arange(24).reshape(3, 8), np.arange(24).reshape(3, 8) % 2 == 0):
+        heads = M.split_heads(x, 4)
+        assert heads.dtype == x.dtype and M.combine_heads(heads).dtype == x.dtype
+
+
+def test_masks_are_boolean():
+    assert M.causal_mask(3).dtype == np.bool_ and M.causal_mask(2, 5).dtype == np.bool_
+    assert M.padding_mask(np.array([1, 3], dtype=np.int32), 3).dtype == np.bool_
