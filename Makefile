@@ -36,4 +36,5 @@ clean:
 	rm -rf _build .pytest_cache
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_mha.py
 	$(BIN)/python benchmarks/bench_widgets.py
