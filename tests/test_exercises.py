@@ -28,7 +28,7 @@ def test_compare_reports_shape_nan_and_largest_difference():
 
 
 def test_compare_names_none_and_non_numbers():
-    assert "forget to `return`" in compare(None, np.zeros(2)).message
+    assert "forgot to `return`" in compare(None, np.zeros(2)).message
     assert "not an array of numbers" in compare("ab", np.zeros(2)).message
 
 
@@ -69,7 +69,7 @@ def test_attend_one_right_answer_passes():
         (lambda q, K, V: _loop_attention(q, K, V, 1 / len(q)), "divided by d_k"),
         (lambda q, K, V: _loop_attention(q, K, V, 1 / np.sqrt(len(q)), normalise=False), "do not sum to 1"),
         (lambda q, K, V: _loop_attention(q, K, V, 1 / np.sqrt(len(q)), softmax=False), "softmax is missing"),
-        (lambda q, K, V: None, "forget to `return`"),
+        (lambda q, K, V: None, "forgot to `return`"),
         (lambda q, K, V: q @ V, "raised ValueError"),
     ],
 )

@@ -86,7 +86,7 @@ def compare(answer, expected, mistakes=(), *, what="your answer", right="it matc
     """
     expected = np.asarray(expected, dtype=float)
     if answer is None:
-        return Verdict(False, f"{what} is None: did the function forget to `return` its result?")
+        return Verdict(False, f"{what} is None: nothing computed yet, or a function that forgot to `return` its result.")
     try:
         answer = np.asarray(answer, dtype=float)
     except (TypeError, ValueError):
