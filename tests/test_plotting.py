@@ -1,15 +1,11 @@
 """The figures draw what they are given: checked by reading back the matplotlib objects, no browser needed."""
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import mha_lessons as M  # noqa: E402
-from mha_lessons.notebook import format_table  # noqa: E402
+import mha_lessons as M
+from mha_lessons.notebook import format_table
 
 
 @pytest.fixture(autouse=True)

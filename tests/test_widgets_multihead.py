@@ -1,22 +1,11 @@
 """The multi-head panel of chapter 3, driven without a browser: call the draw function, read back the figure."""
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import mha_lessons as M  # noqa: E402
-
-
-@pytest.fixture
-def fig():
-    figure = plt.figure()
-    yield figure
-    plt.close("all")
+import mha_lessons as M
 
 
 @pytest.mark.parametrize("h, d_model", [(1, 8), (4, 64), (8, 512), (16, 32)])

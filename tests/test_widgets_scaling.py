@@ -3,24 +3,14 @@
 import math
 import re
 
-import matplotlib
+import matplotlib.patches
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import mha_lessons as M  # noqa: E402
-from mha_lessons.widgets import SCALING_KEYS, SCALING_ROWS, draw_scaling, scaling_panel  # noqa: E402
-
-
-@pytest.fixture
-def fig():
-    figure = plt.figure()
-    yield figure
-    plt.close("all")
+import mha_lessons as M
+from mha_lessons.widgets import SCALING_KEYS, SCALING_ROWS, draw_scaling, scaling_panel
 
 
 def drawn_histogram(ax):
