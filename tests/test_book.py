@@ -1,4 +1,7 @@
-"""Checks on the book itself: table of contents, stored outputs, the Colab cell, machine-specific text."""
+"""Checks on the book itself: table of contents, stored outputs, the Colab cell, glue names.
+
+What the stored outputs may hold (no machine-specific text, no stderr, ...) is checked in test_notebooks_hygiene.py.
+"""
 
 import json
 import re
@@ -65,26 +68,6 @@ def test_colab_install_cell_is_first_and_identical(path):
     assert 'if "google.colab" in sys.modules:' in source  # a no-op outside Colab
     assert f"git+{repository_url()}" in source, "the install URL differs from _config.yml's repository.url"
     assert "remove-cell" in first["metadata"].get("tags", []), "the install cell should not show on the website"
-
-
-MACHINE_SPECIFIC = [
-    (re.compile(r"0x[0-9a-fA-F]{6,}"), "a memory address"),
-    (re.compile(r"(/home/|/root/|/work/|/tmp/|site-packages|C:\\\\)"), "a machine path"),
-    (re.compile(r"\b\d+(\.\d+)?\s?(ms|µs|us|ns)\b|\bWall time\b|\bCPU times\b"), "a timing"),
-]
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_no_machine_specific_text_in_outputs(path):
-    for index, cell in enumerate(code_cells(load(path))):
-        if "NBVAL_IGNORE_OUTPUT" in "".join(cell["source"]):
-            continue
-        for output in cell["outputs"]:
-            texts = [output.get("text", "")]
-            texts += [v for k, v in output.get("data", {}).items() if k.startswith("text/")]
-            text = "".join("".join(t) if isinstance(t, list) else t for t in texts)
-            for pattern, what in MACHINE_SPECIFIC:
-                assert not pattern.search(text), f"{path.name}, code cell {index}: {what} in the output"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
