@@ -1,15 +1,25 @@
 """The exercise checkers: every right answer passes, and every typical wrong answer is named.
 
-The wrong answers here are written the way a learner would write them (loops, a forgotten step),
-not derived from the checkers' own lists of mistakes, so a checker that stops recognising a
-mistake fails these tests.
+The answers here are written the way a learner would write them (loops, slicing, einsum, a forgotten
+step), not derived from the checkers' own lists of mistakes, so a checker that stops recognising a
+mistake fails these tests. Right answers are written a second way where one exists (finite
+differences for the gradients, loops for the attention), so that a checker whose own "right answer"
+were wrong would fail them too.
 """
+
+import math
 
 import numpy as np
 import pytest
 
 import mha_lessons as M
 from mha_lessons.exercises import Verdict, compare
+
+
+def assert_named(verdict, words):
+    """The verdict is a failure whose message contains ``words``."""
+    assert isinstance(verdict, Verdict)
+    assert not verdict.ok and words in verdict.message, (words, verdict.message)
 
 
 # ---------------------------------------------------------------- the shared machinery
@@ -25,6 +35,12 @@ def test_compare_reports_shape_nan_and_largest_difference():
     off[0, 2] += 1.0
     verdict = compare(off, expected)
     assert not verdict and "at index (0, 2) it is 3 where 2 is expected" in verdict.message
+
+
+def test_compare_of_single_numbers_names_no_index():
+    assert compare(3, 3.0).ok
+    assert compare(3.5, 3.0).message == "your answer is 3.5 where 3 is expected."
+    assert "is nan where 3 is expected" in compare(float("nan"), 3.0).message
 
 
 def test_compare_names_none_and_non_numbers():
@@ -44,7 +60,31 @@ def test_every_checker_is_exported_and_documented():
         assert getattr(M.exercises, name).__doc__, f"{name} has no docstring"
 
 
+def test_an_unwritten_function_gets_the_not_written_yet_message():
+    def unwritten(*args):
+        raise NotImplementedError
+
+    for check in (M.exercises.check_attend_one, M.exercises.check_attention, M.exercises.check_self_score_moments,
+                  M.exercises.check_uniform_jacobian, M.exercises.check_score_divisor, M.exercises.check_split_heads,
+                  M.exercises.check_combine_heads, M.exercises.check_weighted_sum_backward,
+                  M.exercises.check_temperature_gradient):
+        assert_named(check(unwritten), "is not written yet")
+
+
 # ---------------------------------------------------------------- chapter 1
+
+def test_zero_query_weights():
+    check = M.exercises.check_zero_query_weights
+    e = np.exp(np.zeros(5))
+    assert check(e / e.sum()).ok
+    _, weights = M.scaled_dot_product_attention(np.zeros((1, 3)), np.ones((5, 3)), np.ones((5, 2)))
+    assert check(weights).ok  # the (1, m) row that the package gives for one query
+    assert_named(check(np.zeros(5)), "does not mean a weight of 0")
+    assert_named(check(e), "weights sum to 1")
+    assert_named(check(1 / 5), "one weight per key")
+    assert_named(check(None), "is None")
+    assert_named(check([0.5, 0.5]), "shape (2,); expected shape (5,)")
+
 
 def _loop_attention(q, K, V, scale, normalise=True, softmax=True):
     """Attention for one query, written with a loop as exercise 2 asks, with optional mistakes."""
@@ -62,6 +102,11 @@ def test_attend_one_right_answer_passes():
     assert M.exercises.check_attend_one(lambda q, K, V: _loop_attention(q, K, V, 1 / np.sqrt(len(q)))).ok
 
 
+def _weights_only(q, K, V):
+    s = K @ q / np.sqrt(len(q))
+    return np.exp(s) / np.exp(s).sum()
+
+
 @pytest.mark.parametrize(
     "wrong, words",
     [
@@ -69,13 +114,13 @@ def test_attend_one_right_answer_passes():
         (lambda q, K, V: _loop_attention(q, K, V, 1 / len(q)), "divided by d_k"),
         (lambda q, K, V: _loop_attention(q, K, V, 1 / np.sqrt(len(q)), normalise=False), "do not sum to 1"),
         (lambda q, K, V: _loop_attention(q, K, V, 1 / np.sqrt(len(q)), softmax=False), "softmax is missing"),
+        (_weights_only, "these are the 6 weights"),
         (lambda q, K, V: None, "forgot to `return`"),
         (lambda q, K, V: q @ V, "raised ValueError"),
     ],
 )
 def test_attend_one_typical_mistakes_are_named(wrong, words):
-    verdict = M.exercises.check_attend_one(wrong)
-    assert not verdict.ok and words in verdict.message, verdict.message
+    assert_named(M.exercises.check_attend_one(wrong), words)
 
 
 def test_band_mask_right_and_wrong():
@@ -87,9 +132,330 @@ def test_band_mask_right_and_wrong():
         "diagonal is missing": band & ~np.eye(n, dtype=bool),
         "only forward": np.triu(band),
         "only backward": np.tril(band),
+        "too wide": np.array([[abs(i - j) <= 2 for j in range(n)] for i in range(n)]),
         "dtype int64": band.astype(np.int64),
         "shape (4, 4)": band[:4, :4],
+        "is None": None,
     }
     for words, wrong in cases.items():
-        verdict = M.exercises.check_band_mask(wrong)
-        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+        assert_named(M.exercises.check_band_mask(wrong), words)
+
+
+def _matrix_attention(Q, K, V, scale=True, axis=-1, transpose=True, stable=True, keepdims=True,
+                      whole_matrix=False, return_weights=False):
+    """Exercise 5 the way a learner writes it, with switches for the usual slips."""
+    S = Q @ K.T if transpose else Q @ K
+    if scale:
+        S = S / np.sqrt(Q.shape[1])
+    if whole_matrix:
+        e = np.exp(S - S.max())
+        W = e / e.sum()
+    else:
+        e = np.exp(S - S.max(axis=axis, keepdims=True)) if stable else np.exp(S)
+        W = e / e.sum(axis=axis, keepdims=keepdims)
+    return W if return_weights else W @ V
+
+
+def test_attention_right_answers_pass():
+    def with_loops(Q, K, V):  # row by row, with math.exp: another way to write it
+        out = []
+        for q in Q:
+            s = [float(np.dot(q, k)) / math.sqrt(len(q)) for k in K]
+            e = [math.exp(x - max(s)) for x in s]
+            out.append(sum(e_j / sum(e) * v_j for e_j, v_j in zip(e, V)))
+        return np.array(out)
+
+    assert M.exercises.check_attention(_matrix_attention).ok
+    assert M.exercises.check_attention(with_loops).ok
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(axis=0), "over the queries (axis 0)"),
+        (dict(scale=False), "not divided by sqrt(d_k)"),
+        (dict(transpose=False), "Q @ K.T"),
+        (dict(return_weights=True), "these are the weights"),
+        (dict(stable=False), "np.exp overflowed"),
+        (dict(keepdims=False), "keepdims=True"),
+        (dict(whole_matrix=True), "sum of the whole matrix"),
+    ],
+)
+def test_attention_typical_mistakes_are_named(options, words):
+    with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the learner's, and it is the point
+        verdict = M.exercises.check_attention(lambda Q, K, V: _matrix_attention(Q, K, V, **options))
+    assert_named(verdict, words)
+
+
+def test_attention_bad_types():
+    assert_named(M.exercises.check_attention(lambda Q, K, V: None), "forgot to `return`")
+    assert_named(M.exercises.check_attention(lambda Q, K, V: [1.0, 2.0, 3.0]), "shape (3,); expected shape (3, 2)")
+    assert_named(M.exercises.check_attention(None), "expected a function")
+
+
+# ---------------------------------------------------------------- chapter 2
+
+def test_variance_prediction():
+    check = M.exercises.check_variance_prediction
+    assert check([64 * 2 * 2, 64 * 2 * 2 / 64]).ok
+    cases = {
+        "variance 1": (64, 1),
+        "both factors count": (64 * 2, 2),
+        "divides the variance by 64": (256, 256),
+        "not by 8": (256, 256 / 8),
+        "standard deviations": (16, 2),
+        "simulated values": (255.1, 3.98),
+        "is None": None,
+        "shape (3,); expected shape (2,)": (256, 4, 0),
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def test_self_score_moments():
+    check = M.exercises.check_self_score_moments
+    assert check(lambda d: (d, 2 * d, d / math.sqrt(d))).ok
+    cases = {
+        "the mean of q·q is not 0": lambda d: (0, 2 * d, math.sqrt(d)),
+        "3 − 1 = 2": lambda d: (d, d, math.sqrt(d)),
+        "the scale is forgotten": lambda d: (d, 2 * d, d),
+        "not by d_k": lambda d: (d, 2 * d, d / d),
+        "2 is the variance of the scaled score": lambda d: (d, 2 * d, 2 * d / d),
+        "at index (0,) it is 64 where 16 is expected": lambda d: (64, 128, 8),  # typed in for d_k = 64
+        "returned 2 number(s); expected 3": lambda d: (d, 2 * d),
+        "returned None": lambda d: None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def test_uniform_jacobian():
+    check = M.exercises.check_uniform_jacobian
+
+    def right(m):
+        p = np.full(m, 1 / m)
+        return np.diag(p) - np.outer(p, p)
+
+    assert check(right).ok
+    cases = {
+        "diag(p) alone": lambda m: np.diag(np.full(m, 1 / m)),
+        "not 1/m": lambda m: np.eye(m) / m - 1 / m,
+        "sign is flipped": lambda m: -right(m),
+        "build it from the argument m": lambda m: right(32),
+        "forgot to `return`": lambda m: None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def test_score_divisor():
+    check = M.exercises.check_score_divisor
+    assert check(lambda d_k, s_q, s_k: math.sqrt(d_k * s_q**2 * s_k**2)).ok
+    cases = {
+        "right only for variance-1": lambda d_k, s_q, s_k: math.sqrt(d_k),
+        "takes σ_q σ_k": lambda d_k, s_q, s_k: math.sqrt(d_k) * s_q**2 * s_k**2,
+        "under the square root": lambda d_k, s_q, s_k: d_k * s_q * s_k,
+        "variance of q·k": lambda d_k, s_q, s_k: d_k * s_q**2 * s_k**2,
+        "multiply, they do not add": lambda d_k, s_q, s_k: math.sqrt(d_k * (s_q**2 + s_k**2)),
+        "returned 2 number(s)": lambda d_k, s_q, s_k: (d_k, s_q),
+        "returned None": lambda d_k, s_q, s_k: None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+# ---------------------------------------------------------------- chapter 3
+
+def test_head_choices():
+    check = M.exercises.check_head_choices
+    right = {}
+    for h in range(1, 17):
+        if 768 % h == 0:
+            right[h] = 768 // h
+    assert check(right).ok
+    cases = {
+        "h = 5 does not divide 768": {h: 768 // h for h in range(1, 17)},
+        "h = 16 is missing": {h: d for h, d in right.items() if h != 16},
+        "give each one's d_k too": list(right),
+        "share the 768 features": {h: 768 for h in right},
+        "should be d_model / h": {h: 768 * h for h in right},
+        "not a number of heads": {0: 0, **right},
+        "is None": None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def _split_by_slicing(x, h):
+    d_k = x.shape[1] // h
+    return np.stack([x[:, i * d_k:(i + 1) * d_k] for i in range(h)])  # h slices (n, d_k) -> (h, n, d_k)
+
+
+def test_split_heads():
+    check = M.exercises.check_split_heads
+    assert check(_split_by_slicing).ok
+    cases = {
+        "keeps the order of the numbers in memory": lambda x, h: x.reshape(h, x.shape[0], x.shape[1] // h),
+        "every h-th one": lambda x, h: np.stack([x[:, i::h] for i in range(h)]),
+        "move the head axis to the front": lambda x, h: x.reshape(x.shape[0], h, -1),
+        "the tokens come first": lambda x, h: np.stack([x[:, i * (x.shape[1] // h):(i + 1) * (x.shape[1] // h)].T
+                                                        for i in range(h)]),
+        "use the argument h": lambda x, h: x.reshape(4, 2, 3).transpose(1, 0, 2),  # h = 2 typed in
+        "raised ValueError": lambda x, h: x.reshape(4, h, 3).transpose(1, 0, 2),  # d_k = 3 typed in
+        "forgot to `return`": lambda x, h: None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def test_combine_heads():
+    check = M.exercises.check_combine_heads
+    assert check(lambda heads: np.concatenate(list(heads), axis=-1)).ok
+    assert check(lambda heads: np.hstack([heads[i] for i in range(heads.shape[0])])).ok
+    cases = {
+        "mixes tokens in one row": lambda heads: heads.reshape(heads.shape[1], -1),
+        "interleaved": lambda heads: np.stack(list(heads), axis=-1).reshape(heads.shape[1], -1),
+        "stacked as extra tokens": lambda heads: np.concatenate(list(heads)),
+        "merge the last two axes": lambda heads: np.swapaxes(heads, 0, 1),
+        "forgot to `return`": lambda heads: None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+# ---------------------------------------------------------------- chapter 4
+
+def test_cross_attention_flops():
+    check = M.exercises.check_cross_attention_flops
+    n, m, d = 100, 1000, 256
+    products = {  # (rows, inner, columns) of each matrix product, over all heads
+        "q": (n, d, d), "k": (m, d, d), "v": (m, d, d),
+        "scores": (n, d, m), "weighted sum": (n, m, d), "out": (n, d, d),
+    }
+    right = sum(2 * a * b * c for a, b, c in products.values())
+    assert check(right).ok
+    cases = {
+        "multiply-adds": right // 2,
+        "that is self-attention": 8 * n * d**2 + 4 * n**2 * d,
+        "2 m d² each": 8 * n * d**2 + 4 * n * m * d,
+        "W_O": right - 2 * n * d * d,
+        "do not multiply by h": right + 3 * 4 * n * m * d,
+        "both attention products": right - 2 * n * m * d,
+        "element-wise work": M.complexity.mha_flops(n, d, 4, m)["total"],
+        "is None": None,
+        "shape (2,); expected shape ()": [right, right],
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def test_weights_memory_length():
+    check = M.exercises.check_weights_memory_length
+
+    def first_n(heads=16, bytes_per_number=2, budget=2**30):
+        n = 1
+        while heads * n * n * bytes_per_number <= budget:
+            n += 1
+        return n
+
+    assert check(first_n()).ok
+    cases = {
+        "round the solution of h n² · 2 = 2^30 up, not down": int(math.sqrt(2**30 / 32)),
+        "a whole number": math.sqrt(2**30 / 32),
+        "that is for float32": first_n(bytes_per_number=4),
+        "own n × n weights": first_n(heads=1),
+        "not 10^9": first_n(budget=10**9),
+        "2 bytes, not 16": first_n(bytes_per_number=16),
+        "is None": None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+# ---------------------------------------------------------------- chapter 5
+
+def _numerical_weighted_sum_backward(a, v, d_o):
+    """The oracle: central differences of sum(dO ⊙ (A V)). O is linear in A and in V, so a step of 1
+    makes the differences exact up to rounding."""
+    return (M.grads.gradcheck(lambda t: t @ v, a, d_o, eps=1.0),
+            M.grads.gradcheck(lambda t: a @ t, v, d_o, eps=1.0))
+
+
+def test_weighted_sum_backward_right_answers_pass():
+    check = M.exercises.check_weighted_sum_backward
+    assert check(_numerical_weighted_sum_backward).ok
+    assert check(lambda a, v, d_o: (np.einsum("...ic,...jc->...ij", d_o, v),
+                                    np.einsum("...ij,...ic->...jc", a, d_o))).ok
+
+
+def test_weighted_sum_backward_typical_mistakes_are_named():
+    check = M.exercises.check_weighted_sum_backward
+    sw = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731 (the learner's helper)
+    cases = {
+        "reverses all of them": lambda a, v, d_o: (d_o @ v.T, a.T @ d_o),
+        "V is not transposed": lambda a, v, d_o: (d_o @ v, sw(a) @ d_o),
+        "A is not transposed": lambda a, v, d_o: (d_o @ sw(v), a @ d_o),
+        "da is transposed": lambda a, v, d_o: (np.einsum("...ic,...jc->...ji", d_o, v), sw(a) @ d_o),
+        "swapped": lambda a, v, d_o: (sw(a) @ d_o, d_o @ sw(v)),
+        "should return a pair (da, dv)": lambda a, v, d_o: d_o @ sw(v),
+        "returned None": lambda a, v, d_o: None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def _numerical_temperature_gradient(S, v, d_o, tau):
+    """The oracle: central differences of sum(dO ⊙ softmax(τ S) V) in τ (error about 1e-11 for a step of 1e-5)."""
+    return M.grads.gradcheck(lambda t: M.softmax(t * S) @ v, np.array([tau]), d_o, eps=1e-5)
+
+
+def _my_temperature_gradient(S, v, d_o, tau, backward_axis=-1, softmax_backward=True, factor="S", total=True):
+    """Exercise 2 the way a learner writes it, with switches for the usual slips."""
+    a = np.exp(tau * S - (tau * S).max(axis=-1, keepdims=True))
+    a /= a.sum(axis=-1, keepdims=True)
+    da = d_o @ v.T
+    ds = a * (da - (da * a).sum(axis=backward_axis, keepdims=True)) if softmax_backward else da
+    contributions = ds * {"S": S, "tau S": tau * S, "none": 1.0}[factor]
+    return contributions.sum() if total else contributions
+
+
+def test_temperature_gradient():
+    check = M.exercises.check_temperature_gradient
+    assert check(_numerical_temperature_gradient).ok
+    assert check(_my_temperature_gradient).ok
+    assert check(lambda *args: np.array([_my_temperature_gradient(*args)])).ok  # one-element array, like gradcheck's
+    cases = {
+        "the softmax backward is missing": dict(softmax_backward=False),
+        "sums over the wrong axis": dict(backward_axis=0),
+        "not by τ S": dict(factor="tau S"),
+        "its own factor s_ij": dict(factor="none"),
+        "the shape of the scores": dict(total=False),
+    }
+    for words, options in cases.items():
+        assert_named(check(lambda *args: _my_temperature_gradient(*args, **options)), words)
+    assert_named(check(lambda *args: None), "is None")
+
+
+def test_causal_gradient_rows():
+    check = M.exercises.check_causal_gradient_rows
+    # the right answer, computed as the exercise's solution does: from the gradient itself
+    params = M.init_params(8, 2, seed=3)
+    x = np.random.default_rng(4).normal(size=(4, 8))
+    d_y = np.zeros((4, 8))
+    d_y[1] = 1.0
+    dx_q, dx_k, dx_v, _ = M.grads.mha_backward(x, x, x, params, d_y, M.causal_mask(4))
+    flags = np.any((dx_q + dx_k + dx_v) != 0, axis=1)  # (4,) which rows of dX are non-zero
+    assert check(flags).ok and check(list(np.flatnonzero(flags))).ok and check((1, 0)).ok and check({0, 1}).ok
+    cases = {
+        "token 0 gets a gradient too": [1],
+        "row 1 is non-zero too": [0],
+        "cannot influence it": [1, 2, 3],
+        "their rows of dX are zero": range(4),
+        "outside": [0, 1, 4],
+        "needs 4 booleans": np.array([True, True, False]),
+        "as a list of integers": ["first", "second"],
+        "like [0, 3]": "0, 1",
+        "is None": None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)

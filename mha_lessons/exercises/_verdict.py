@@ -47,7 +47,7 @@ def call_learner(function, *args, name=None):
     try:
         result = function(*args)
     except NotImplementedError:
-        return None, Verdict(False, f"{name} is not written yet: replace `raise NotImplementedError` with your code.")
+        return None, Verdict(False, f"{name} is not written yet: replace `raise NotImplementedError`.")
     except Exception as error:  # the learner's bug, reported in one line instead of a traceback
         return None, Verdict(False, f"{name}(...) raised {type(error).__name__}: {error}")
     return result, None
@@ -83,10 +83,12 @@ def compare(answer, expected, mistakes=(), *, what="your answer", right="it matc
     Not yet: the scale is missing.
     >>> compare([[1.0, 2.0]], np.array([1.0, 2.0]))
     Not yet: your answer has shape (1, 2); expected shape (2,).
+    >>> compare(3.0, 4.0)
+    Not yet: your answer is 3 where 4 is expected.
     """
     expected = np.asarray(expected, dtype=float)
     if answer is None:
-        return Verdict(False, f"{what} is None: nothing computed yet, or a function that forgot to `return` its result.")
+        return Verdict(False, f"{what} is None: not computed yet, or a function forgot to `return` it.")
     try:
         answer = np.asarray(answer, dtype=float)
     except (TypeError, ValueError):
@@ -102,6 +104,8 @@ def compare(answer, expected, mistakes=(), *, what="your answer", right="it matc
             return Verdict(False, message)
     if answer.shape != expected.shape:
         return Verdict(False, f"{what} has shape {answer.shape}; expected shape {expected.shape}.")
+    if answer.ndim == 0:  # one number: no index to point at
+        return Verdict(False, f"{what} is {float(answer):.6g} where {float(expected):.6g} is expected.")
     if not np.all(np.isfinite(answer)):
         first = tuple(int(i) for i in np.argwhere(~np.isfinite(answer))[0])
         return Verdict(False, f"{what} has {answer[first]} at index {first}; every entry should be finite.")

@@ -1,4 +1,9 @@
-"""Checkers for chapter 1 (scaled dot-product attention)."""
+"""Checkers for chapter 1 (scaled dot-product attention).
+
+Axis names: n queries, m keys (and values), d_k the width of a query or key, d_v the width of a value.
+"""
+
+import math
 
 import numpy as np
 
@@ -6,12 +11,40 @@ from ..attention import scaled_dot_product_attention, softmax
 from ._verdict import Verdict, call_learner, compare
 
 
+def check_zero_query_weights(weights, m=5):
+    """Check the predicted attention weights of a query of zeros over ``m`` keys: 1/m each.
+
+    Parameters
+    ----------
+    weights : array_like, (m,) or (1, m)
+        One weight per key.
+    m : int
+        The number of keys (5 in the chapter's example).
+
+    >>> import numpy as np, mha_lessons as M
+    >>> M.exercises.check_zero_query_weights(np.full(5, 0.2))
+    Right: equal scores give equal weights, 1/m each.
+    """
+    answer = weights
+    if answer is not None and np.ndim(answer) == 2 and np.shape(answer)[0] == 1:
+        answer = np.asarray(answer)[0]  # (1, m) -> (m,), the shape scaled_dot_product_attention gives one query
+    if answer is not None and np.ndim(answer) == 0 and not isinstance(answer, str):
+        return Verdict(False, f"give one weight per key: an array of m = {m} numbers, not a single number.")
+    mistakes = [
+        (np.zeros(m), "a score of 0 does not mean a weight of 0: exp(0) = 1 for every key, "
+                      "and the softmax then divides by the sum."),
+        (np.ones(m), "exp(0) = 1 for every key, but weights sum to 1: divide by the sum of the exponentials."),
+    ]
+    return compare(answer, np.full(m, 1 / m), mistakes, what="your prediction",
+                   right="equal scores give equal weights, 1/m each.")
+
+
 def check_attend_one(attend_one):
     """Check ``attend_one(q, K, V)``: attention for one query q (d_k,), keys K (m, d_k), values V (m, d_v).
 
     The function is called on seeded random inputs and its result compared with the package's; the
-    mistakes it recognises are a missing or wrong scale, weights that are not normalised, and the
-    softmax taken over the features instead of the keys.
+    mistakes it recognises are a missing or wrong scale, weights that are not normalised, a missing
+    softmax, and returning the weights instead of the weighted sum of the values.
 
     >>> import mha_lessons as M
     >>> M.exercises.check_attend_one(lambda q, K, V: M.scaled_dot_product_attention(q[None], K, V)[0][0])
@@ -30,6 +63,8 @@ def check_attend_one(attend_one):
         (np.exp(scores / 2 - (scores / 2).max()) @ V,
          "the weights do not sum to 1: subtracting the maximum keeps exp finite, but you still need to divide by the sum."),
         ((scores / 2) @ V, "the softmax is missing: the weights are the softmax of the scaled scores."),
+        (softmax(scores / 2), "these are the 6 weights, one per key; return their weighted sum of the values, "
+                              "a vector of width d_v = 3."),
     ]
     expected = scaled_dot_product_attention(q[None], K, V)[0][0]  # (1, d_v) -> (d_v,)
     return compare(answer, expected, mistakes, what="the output of attend_one",
@@ -45,8 +80,8 @@ def check_band_mask(mask, n=5):
     """
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]  # (n, 1) query positions, (1, n) key positions
     expected = np.abs(i - j) <= 1  # (n, n)
-    mask_array = np.asarray(mask)
-    if mask_array.shape == expected.shape and mask_array.dtype != bool:
+    mask_array = None if mask is None else np.asarray(mask)
+    if mask_array is not None and mask_array.shape == expected.shape and mask_array.dtype != bool:
         return Verdict(False, f"the mask has dtype {mask_array.dtype}; masks are boolean (True = may attend).")
     mistakes = [
         (~expected, "True and False are swapped: in this course True means 'may attend'."),
@@ -57,3 +92,77 @@ def check_band_mask(mask, n=5):
     ]
     return compare(mask_array, expected, mistakes, what="the mask",
                    right="each token sees itself and its two neighbours.")
+
+
+def _attention_inputs():
+    """Q (3, 4), K (4, 4), V (4, 2) for ``check_attention``; query 1 is 1500 times longer than the others.
+
+    d_k = m = 4, so that ``Q @ K`` (a transpose forgotten) runs instead of failing on the shapes, and
+    the long query's scaled scores reach several hundred, where ``np.exp`` overflows unless the row
+    maximum is subtracted first.
+    """
+    rng = np.random.default_rng(11)
+    Q, K, V = rng.normal(size=(3, 4)), rng.normal(size=(4, 4)), rng.normal(size=(4, 2))
+    Q[1] *= 1500.0
+    return Q, K, V
+
+
+def check_attention(attention):
+    """Check ``attention(Q, K, V)`` written with matrix products and a hand-written softmax.
+
+    It is called on 3 queries and 4 keys with d_k = 4 and d_v = 2; query 1 is 1500 times longer than
+    the others, so that its scaled scores exceed 700 and a softmax that does not subtract the row
+    maximum overflows. Recognised mistakes: the softmax over the queries (axis 0) instead of the keys,
+    over the whole matrix, or left out; the scale forgotten or wrong; ``Q @ K`` instead of ``Q @ K.T``;
+    the weights returned instead of the output; ``np.exp`` overflowing; the row sums divided without
+    ``keepdims=True``.
+
+    >>> import mha_lessons as M
+    >>> M.exercises.check_attention(lambda Q, K, V: M.scaled_dot_product_attention(Q, K, V)[0])
+    Right: your attention matches the package, also for a query whose scores reach the hundreds.
+    """
+    Q, K, V = _attention_inputs()
+    n, m = Q.shape[0], K.shape[0]
+    answer, failure = call_learner(attention, Q.copy(), K.copy(), V.copy(), name="attention")
+    if failure is not None:
+        if f"({n},{m}) ({n},)" in failure.message:  # e / e.sum(axis=-1): (n, m) / (n,) does not broadcast
+            return Verdict(False, failure.message.rstrip(" .") + f". A row sum over axis=-1 has shape ({n},); "
+                           f"with keepdims=True it has shape ({n}, 1), which divides each row of the "
+                           f"({n}, {m}) scores.")
+        return failure
+    expected = scaled_dot_product_attention(Q, K, V)[0]  # (n, d_v)
+    scale = 1 / math.sqrt(Q.shape[-1])
+    scores = Q @ K.T * scale  # (n, m)
+    row_max = scores.max(axis=-1, keepdims=True)  # (n, 1)
+    mistakes = [
+        (softmax(scores, axis=0) @ V,
+         "the softmax runs down the columns, over the queries (axis 0); it must run along each row, over the "
+         "keys (axis=-1), so that each query's weights sum to 1."),
+        (np.exp(scores - row_max) / np.exp(scores - row_max).sum() @ V,
+         "the exponentials are divided by the sum of the whole matrix; each row must sum to 1: "
+         "sum over axis=-1 with keepdims=True."),
+        (np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum() @ V,
+         "the exponentials are divided by the sum of the whole matrix; each row must sum to 1: "
+         "sum over axis=-1 with keepdims=True (and subtract each row's own maximum)."),
+        (softmax(Q @ K.T) @ V, "the scores are not divided by sqrt(d_k): scale them before the softmax."),
+        (softmax(Q @ K.T / Q.shape[-1]) @ V, "the scores are divided by d_k; the scale is 1/sqrt(d_k)."),
+        (softmax(Q @ K.T * math.sqrt(Q.shape[-1])) @ V,
+         "the scores are multiplied by sqrt(d_k); divide them by it."),
+        (softmax(Q @ K * scale) @ V,
+         "the scores are Q @ K, which pairs query features with key positions (the shapes only fit because "
+         "d_k = m here); the scores are Q @ K.T, each query against each key."),
+        (scores @ V, "the softmax is missing: the weights are the softmax of the scaled scores."),
+        (softmax(scores), f"these are the weights, shape (n, m) = ({n}, {m}); return the output, "
+                          f"weights @ V, shape (n, d_v) = ({n}, {V.shape[1]})."),
+    ]
+    try:
+        answer_array = np.asarray(answer, dtype=float)
+    except (TypeError, ValueError):
+        answer_array = None
+    if answer_array is not None and answer_array.shape == expected.shape and not np.all(np.isfinite(answer_array)):
+        bad_rows = sorted({int(r) for r in np.argwhere(~np.isfinite(answer_array))[:, 0]})
+        if bad_rows == [1]:  # only the long query: an overflow, whatever else may be wrong
+            return Verdict(False, f"row 1, whose scaled scores reach {scores[1].max():.0f}, is not finite: np.exp "
+                           "overflowed. Subtract each row's maximum from the scores before np.exp.")
+    return compare(answer, expected, mistakes, what="the output of attention",
+                   right="your attention matches the package, also for a query whose scores reach the hundreds.")
