@@ -1,0 +1,141 @@
+"""Checkers for chapter 6 (masks in practice)."""
+
+import numpy as np
+
+from ..attention import causal_mask, padding_mask
+from ..masks import combine_masks, query_padding_mask, to_torch_key_padding_mask
+from ._verdict import Verdict, call_learner, compare
+
+
+def _boolean_answer(answer, expected, what):
+    """``answer`` as an array broadcast to ``expected``'s shape, or a Verdict naming why it cannot be compared."""
+    if answer is None:
+        return None, compare(None, expected, what=what)
+    answer = np.asarray(answer)
+    if answer.dtype == object:
+        return None, Verdict(False, f"{what} is not an array of booleans (numpy reads it as objects).")
+    try:
+        shape = np.broadcast_shapes(answer.shape, expected.shape)
+    except ValueError:
+        shape = None
+    if shape != expected.shape:
+        return None, Verdict(False, f"{what} has shape {answer.shape}; expected shape {expected.shape}.")
+    if answer.dtype != np.bool_:
+        return None, Verdict(False, f"{what} has dtype {answer.dtype}; masks are boolean (True = may attend).")
+    return np.broadcast_to(answer, expected.shape), None
+
+
+def check_batch_mask(build_mask):
+    """Check ``build_mask(lengths, n)``: the (B, n, n) self-attention mask of a padded batch.
+
+    Query i of sequence b may attend to key j when j <= i (causal) and key j is
+    a real token (j < lengths[b]); rows of padded queries are left as those two
+    rules make them. An answer that broadcasts to (B, n, n) is accepted.
+
+    >>> import mha_lessons as M
+    >>> M.exercises.check_batch_mask(lambda lengths, n: M.padding_mask(lengths, n) & M.causal_mask(n))
+    Right: causal and key padding, combined for the whole batch.
+    """
+    lengths, n = [5, 2, 4], 5
+    answer, failure = call_learner(build_mask, list(lengths), n)
+    if failure is not None:  # a Verdict is false when it reports a mistake
+        return failure
+    pad = padding_mask(lengths, n)  # (B, 1, m)
+    causal = causal_mask(n)  # (n, m)
+    expected = combine_masks(pad, causal)  # (B, n, m)
+    answer, failure = _boolean_answer(answer, expected, "the mask")
+    if failure is not None:
+        return failure
+    shape = expected.shape
+    query_pad = query_padding_mask(lengths, n)  # (B, n, 1)
+    off_by_one = (np.arange(n) <= np.asarray(lengths)[:, None])[:, None, :]  # (B, 1, m): one key too many
+    mistakes = [
+        (~expected, "True and False are swapped: in this course True means 'may attend' "
+                    "(True = blocked is torch.nn.MultiheadAttention's convention)."),
+        (np.broadcast_to(causal, shape),
+         "the padded keys are not masked: combine the causal mask with the padding mask."),
+        (np.broadcast_to(pad, shape), "the causal part is missing: query i may only see keys 0 .. i."),
+        (pad & np.triu(np.ones((n, n), dtype=bool)),
+         "the causal mask points the wrong way: query i may see keys 0 .. i, on and below the diagonal."),
+        # with the causal mask, masking the padded queries (rows) blocks exactly the pairs that masking
+        # them as well as the padded keys does: one mistake, two ways to make it
+        (causal & query_pad, "the rows of the padded queries are all False: the padding masks the queries. Mask "
+                             "only the padded keys (columns), with a (B, 1, m) mask that broadcasts over the "
+                             "queries; padded query rows are ignored afterwards (torch.nn.MultiheadAttention "
+                             "would give NaN for an all-False row)."),
+        (off_by_one & causal, "off by one: sequence b's real tokens are positions 0 .. lengths[b] - 1, "
+                              "so key j is real when j < lengths[b]."),
+    ]
+    return compare(answer, expected, mistakes, what="the mask",
+                   right="causal and key padding, combined for the whole batch.")
+
+
+def check_torch_key_padding_mask(convert):
+    """Check ``convert(mask)``: our (B, 1, m) padding mask turned into torch's (B, m) ``key_padding_mask``.
+
+    torch's ``key_padding_mask`` says True = ignore this key; ours says True =
+    may attend. A torch tensor as the answer is fine (it is read with ``np.asarray``).
+
+    >>> import mha_lessons as M
+    >>> M.exercises.check_torch_key_padding_mask(lambda mask: ~mask[:, 0, :])
+    Right: True marks the padded keys, one row per sequence, as torch wants.
+    """
+    mask = padding_mask([3, 1, 4], 4)  # (B, 1, m)
+    answer, failure = call_learner(convert, mask.copy())
+    if failure is not None:
+        return failure
+    expected = to_torch_key_padding_mask(mask)  # (B, m)
+    answer = np.asarray(answer)
+    if answer.shape == expected.shape and answer.dtype != np.bool_:
+        return Verdict(False, f"the key padding mask has dtype {answer.dtype}; return booleans: torch adds a float "
+                              f"key_padding_mask to the scores, so a 1.0 there blocks nothing.")
+    mistakes = [
+        (mask[:, 0, :], "not negated: torch's key_padding_mask says True = ignore this key, the opposite of "
+                        "ours, so pass ~mask."),
+        (~mask, "torch wants shape (B, m): drop the query axis of size 1 (mask[:, 0, :])."),
+        (mask, "neither negated nor reshaped: torch wants ~mask[:, 0, :], shape (B, m), True = ignore."),
+        (expected.T, "the axes are swapped: torch wants one row per sequence, shape (B, m)."),
+    ]
+    return compare(answer, expected, mistakes, what="the key padding mask",
+                   right="True marks the padded keys, one row per sequence, as torch wants.")
+
+
+def check_sliding_window_mask(sliding_window):
+    """Check ``sliding_window(n, w)``: the (n, n) causal mask in which query i sees keys i - w + 1 .. i.
+
+    Each token sees itself and the w - 1 tokens before it (fewer near the
+    start). Checked for n = 7, w = 3 and for a window longer than the sequence
+    (n = 4, w = 6), where the mask is the plain causal one.
+
+    >>> import numpy as np, mha_lessons as M
+    >>> def sliding_window(n, w):
+    ...     gap = np.arange(n)[:, None] - np.arange(n)[None, :]   # (n, 1) - (1, n) -> (n, n): i - j
+    ...     return (gap >= 0) & (gap < w)
+    >>> M.exercises.check_sliding_window_mask(sliding_window)
+    Right: each token sees itself and the w - 1 tokens before it.
+    """
+    for n, w in ((7, 3), (4, 6)):
+        answer, failure = call_learner(sliding_window, n, w)
+        if failure is not None:
+            return failure
+        gap = np.arange(n)[:, None] - np.arange(n)[None, :]  # (n, 1) - (1, n) -> (n, n): i - j
+        expected = (gap >= 0) & (gap < w)
+        answer, failure = _boolean_answer(answer, expected, f"the mask for n = {n}, w = {w}")
+        if failure is not None:
+            return failure
+        mistakes = [
+            (~expected, "True and False are swapped: in this course True means 'may attend'."),
+            ((gap >= 0) & (gap <= w), "the window is one too wide: w counts the token itself, so query i sees "
+                                      "keys i - w + 1 .. i."),
+            ((gap >= 0) & (gap < w - 1), "the window is one too narrow: query i sees keys i - w + 1 .. i, "
+                                         "w of them counting itself."),
+            ((gap > 0) & (gap < w), "the diagonal is missing: each token may also attend to itself."),
+            (np.abs(gap) < w, "this window also looks ahead: it must be causal (no key after the query)."),
+            ((gap <= 0) & (gap > -w), "this window looks forward: query i should see the keys before it."),
+            (gap >= 0, "the window is missing: this is the plain causal mask; cut it to the last w keys."),
+        ]
+        verdict = compare(answer, expected, mistakes, what=f"the mask for n = {n}, w = {w}",
+                          right="each token sees itself and the w - 1 tokens before it.")
+        if not verdict:
+            return verdict
+    return verdict
