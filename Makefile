@@ -38,3 +38,4 @@ clean:
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mha.py
 	$(BIN)/python benchmarks/bench_widgets.py
+	$(BIN)/python benchmarks/bench_blockwise.py

@@ -1,0 +1,226 @@
+"""Attention without the (n, m) matrix: the online softmax and a block-wise ("flash"-style) forward pass.
+
+Axis names as in ``attention.py`` (``...`` batch, ``n`` queries, ``m`` keys, ``d_k``, ``d_v``), and
+
+    b      keys per block (``block_size``): the key axis is cut into blocks of b keys
+    t      queries per tile (``query_block``; all n queries when it is None)
+
+The block-wise pass keeps three running quantities per query row and updates them as each block of
+keys arrives (chapter 7 derives them; the comments name its equations):
+
+    m      the largest score seen so far                      (..., t, 1)
+    l      the sum of exp(score - m) over the keys seen        (..., t, 1)
+    acc    the sum of exp(score - m) · value over those keys   (..., t, d_v)
+
+When a block brings a larger maximum, the old l and acc are multiplied by exp(m_old - m_new), which
+turns them into sums relative to the new maximum. At the end ``acc / l`` is exactly softmax · V, but
+the largest array that ever existed was one (..., t, b) block of scores, never the (..., n, m) weights.
+Milakov and Gimelshein (2018) describe the running maximum and sum; Dao et al. (2022) build
+FlashAttention on the same update.
+"""
+
+import math
+
+import numpy as np
+
+from ._checks import as_float_array, check_attention_inputs
+
+
+def _check_block(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer (a number of positions per block), got {value!r}")
+    return int(value)
+
+
+def _shift(running_max):
+    """The number to subtract before ``exp``: the running maximum, or 0 where it is still -inf.
+
+    A row that has seen only masked keys has m = -inf; subtracting it would compute
+    -inf - (-inf) = nan. Subtracting 0 instead gives exp(-inf) = 0, the right weight.
+    """
+    return np.where(np.isneginf(running_max), 0.0, running_max).astype(running_max.dtype)
+
+
+def online_softmax_steps(x, block_size):
+    """The running maximum and running sum of a streamed softmax, after each block of the last axis.
+
+    Parameters
+    ----------
+    x : array_like, (..., m)
+        Scores; each row (last axis) is streamed in blocks of ``block_size`` entries.
+    block_size : int
+        Entries per block; the last block is shorter when it does not divide m.
+
+    Yields
+    ------
+    stop : int
+        The blocks seen so far cover ``x[..., :stop]``.
+    m : ndarray, (..., 1)
+        Running maximum, eq-ch7-running-max: the largest entry of ``x[..., :stop]``.
+    l : ndarray, (..., 1)
+        Running sum, eq-ch7-running-sum: ``sum(exp(x[..., :stop] - m))``.
+
+    Examples
+    --------
+    >>> for stop, m, l in online_softmax_steps(np.array([1.0, 3.0, 2.0]), block_size=2):
+    ...     print(stop, m, l.round(4))
+    2 [3.] [1.1353]
+    3 [3.] [1.5032]
+    """
+    x = as_float_array(x, "x")
+    if x.ndim < 1 or x.shape[-1] == 0:
+        raise ValueError(f"x of shape {x.shape} has no entries along its last axis; the softmax needs at least one")
+    block_size = _check_block(block_size, "block_size")
+    m = np.full(x.shape[:-1] + (1,), -np.inf, dtype=x.dtype)  # (..., 1) nothing seen yet
+    l = np.zeros(x.shape[:-1] + (1,), dtype=x.dtype)  # (..., 1)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]  # (..., b)
+        m_new = np.maximum(m, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
+        shift = _shift(m_new)
+        # eq-ch7-running-sum: rescale the old sum to the new maximum, then add the block's terms
+        l = l * np.exp(m - shift) + np.exp(block - shift).sum(axis=-1, keepdims=True)
+        m = m_new
+        yield min(start + block_size, x.shape[-1]), m.copy(), l.copy()
+
+
+def online_softmax(x, block_size=128, axis=-1):
+    """Softmax along ``axis``, normalised by a running maximum and sum computed block by block.
+
+    One pass over the blocks finds the maximum and the sum together (eq-ch7-running-max and
+    eq-ch7-running-sum); a second pass writes exp(x - m) / l. The plain stable softmax needs three
+    passes (maximum, sum, division). The result equals ``M.softmax(x, axis)`` up to rounding.
+
+    Parameters
+    ----------
+    x : array_like, any shape
+    block_size : int
+        Entries of the softmax axis per block.
+    axis : int
+        The axis whose entries become probabilities.
+
+    Returns
+    -------
+    ndarray, same shape and floating dtype as ``x``
+        Sums to 1 along ``axis``; a slice of all -inf (fully masked) gives zeros, as ``M.softmax``.
+
+    Examples
+    --------
+    >>> online_softmax(np.array([1.0, 2.0, 3.0]), block_size=2).round(4)
+    array([0.09  , 0.2447, 0.6652])
+    """
+    x = as_float_array(x, "x")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for x of shape {x.shape}")
+    if x.shape[axis] == 0:
+        raise ValueError(f"x of shape {x.shape} has no entries along axis {axis}; the softmax needs at least one")
+    rows = np.moveaxis(x, axis, -1)  # (..., m): the softmax axis last (a view)
+    for _, m, l in online_softmax_steps(rows, block_size):
+        pass  # the state after the last block
+    l[l == 0] = 1  # only all -inf rows sum to 0; their exp(-inf) = 0 entries stay 0
+    return np.moveaxis(np.exp(rows - _shift(m)) / l, -1, axis)  # eq-ch7-final, back to x's layout
+
+
+def _mask_tile(mask, rows, cols):
+    """The part of a broadcastable (..., n or 1, m or 1) mask that covers the given rows and columns."""
+    if mask.shape[-2] != 1:
+        mask = mask[..., rows, :]
+    if mask.shape[-1] != 1:
+        mask = mask[..., cols]
+    return mask
+
+
+def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False,
+                        return_lse=False):
+    """softmax(q kᵀ / √d_k) v computed over blocks of keys, never holding the (..., n, m) weights.
+
+    Parameters
+    ----------
+    q : array_like, (..., n, d_k)
+    k : array_like, (..., m, d_k)
+    v : array_like, (..., m, d_v)
+    mask : array_like of bool, broadcastable to (..., n, m), optional
+        True where query i may attend to key j; a query that may attend to nothing gets the zero
+        vector, as in ``M.scaled_dot_product_attention``. (A stored (n, m) mask is itself n·m
+        bytes; for the causal pattern prefer ``causal=True``.)
+    block_size : int
+        Keys per block (b). The largest temporary array is one (..., t, b) block of scores.
+    query_block : int, optional
+        Queries per tile (t); None processes all n queries with each block of keys.
+    causal : bool
+        Query i may attend to keys 0..i only, like ``mask=M.causal_mask(n, m)`` (combined with
+        ``mask`` if both are given), computed tile by tile; key blocks entirely in the future of a
+        query tile are skipped, never read (so, unlike in the plain version, a NaN in such a value
+        does not reach that tile's outputs).
+    return_lse : bool
+        Also return the log-sum-exp of each query's scaled, masked scores (eq-ch7-lse), from which
+        a backward pass can recompute the weights instead of storing them, as FlashAttention does;
+        -inf for a query that sees nothing.
+
+    Returns
+    -------
+    out : ndarray, (..., n, d_v)
+        Equal to ``M.scaled_dot_product_attention(q, k, v, mask)[0]`` up to rounding, with the
+        same floating dtype (float32 stays float32).
+    lse : ndarray, (..., n), only if ``return_lse``
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(7, 4)), rng.normal(size=(7, 3))
+    >>> out = blockwise_attention(q, k, v, block_size=3)          # blocks of 3, 3 and 1 keys
+    >>> from mha_lessons import scaled_dot_product_attention
+    >>> plain, weights = scaled_dot_product_attention(q, k, v)    # builds the (5, 7) weights
+    >>> bool(np.allclose(out, plain, rtol=1e-13, atol=0))
+    True
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    block_size = _check_block(block_size, "block_size")
+    if mask is not None and mask.ndim < 2:  # a (m,) or scalar mask: give it its query and key axes
+        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # -> (1, m) or (1, 1)
+    n, d_k = q.shape[-2:]
+    m_keys, d_v = v.shape[-2:]
+    tile = n if query_block is None else _check_block(query_block, "query_block")
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    dtype = np.result_type(q, k, v)
+    q = q * (1 / math.sqrt(d_k))  # (..., n, d_k): scale the queries, as chapter 1 does (a Python float: no upcast)
+    kt = np.swapaxes(k, -1, -2)  # (..., m, d_k) -> (..., d_k, m), a view
+    out = np.empty(batch + (n, d_v), dtype=dtype)
+    lse = np.empty(batch + (n,), dtype=dtype) if return_lse else None
+    for i0 in range(0, n, tile):  # query tiles (one tile of all n queries when query_block is None)
+        rows = slice(i0, min(i0 + tile, n))
+        t = rows.stop - rows.start
+        m_run = np.full(batch + (t, 1), -np.inf, dtype=dtype)  # (..., t, 1) running maximum
+        l_run = np.zeros(batch + (t, 1), dtype=dtype)  # (..., t, 1) running sum
+        acc = np.zeros(batch + (t, d_v), dtype=dtype)  # (..., t, d_v) running weighted sum of values
+        for j0 in range(0, m_keys, block_size):  # key blocks
+            if causal and j0 > rows.stop - 1:
+                break  # this block and every later one lie in the future of every query of the tile
+            cols = slice(j0, min(j0 + block_size, m_keys))
+            # the scores of this tile against this block: the only (t, b) array
+            s = q[..., rows, :] @ kt[..., :, cols]  # (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
+            full = batch + s.shape[-2:]
+            if s.shape != full:  # v (or the mask) has batch axes that q and k lack
+                s = np.broadcast_to(s, full).copy()  # (..., t, b) -> (batch, t, b)
+            allowed = None if mask is None else _mask_tile(mask, rows, cols)
+            if causal:
+                future_ok = np.arange(rows.start, rows.stop)[:, None] >= np.arange(cols.start, cols.stop)  # (t, b)
+                allowed = future_ok if allowed is None else allowed & future_ok
+            if allowed is not None:
+                np.copyto(s, -np.inf, where=~allowed)  # forbidden pairs: weight exp(-inf) = 0
+            m_new = np.maximum(m_run, s.max(axis=-1, keepdims=True))  # eq-ch7-running-max, (..., t, 1)
+            shift = _shift(m_new)  # m_new, or 0 for rows that have seen only masked keys
+            s -= shift
+            np.exp(s, out=s)  # (..., t, b): exp(s - m_new), in place
+            rescale = np.exp(m_run - shift)  # exp(m_old - m_new), (..., t, 1)
+            l_run *= rescale  # eq-ch7-running-sum: the old sum, rescaled to the new maximum in place,
+            l_run += s.sum(axis=-1, keepdims=True)  # plus this block's terms
+            acc *= rescale  # eq-ch7-running-acc: the same for the weighted sum of values,
+            acc += s @ v[..., cols, :]  # plus this block's (..., t, b) @ (..., b, d_v) -> (..., t, d_v)
+            m_run = m_new
+            del s  # free this block's scores before the next block's exist: one (t, b) block at a time
+        l_safe = np.where(l_run == 0, 1, l_run).astype(dtype)  # a row that saw nothing: 0 / 1 = 0
+        out[..., rows, :] = acc / l_safe  # eq-ch7-final
+        if return_lse:
+            with np.errstate(divide="ignore"):  # log(0) = -inf for a row that saw nothing
+                lse[..., rows] = (m_run + np.log(l_run))[..., 0]  # eq-ch7-lse, (..., t, 1) -> (..., t)
+    return (out, lse) if return_lse else out
