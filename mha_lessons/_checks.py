@@ -108,3 +108,25 @@ def check_attention_inputs(q, k, v, mask):
     if mask is not None:
         mask = check_mask(mask, batch + (n, m))
     return q, k, v, mask
+
+
+def check_layer_arrays(x_q, x_k, x_v, mask, d_model, expecting):
+    """Validate a layer's token arrays and mask against a width d_model; return the arrays as floats.
+
+    ``expecting`` completes the message for a wrong width: "x_q has shape ..., but {expecting} d_model = ...".
+    """
+    arrays = []
+    for name, x, axis in (("x_q", x_q, "n"), ("x_k", x_k, "m"), ("x_v", x_v, "m")):
+        x = as_float_array(x, name)
+        require_ndim(x, name, 2, f"(..., {axis}, d_model)")
+        require_nonempty(x.shape[-2], f"{name} of shape {x.shape}", axis)
+        if x.shape[-1] != d_model:
+            raise ValueError(f"{name} has shape {x.shape}, but {expecting} d_model = {d_model} features")
+        arrays.append(x)
+    x_q, x_k, x_v = arrays
+    if x_k.shape[-2] != x_v.shape[-2]:
+        raise ValueError(f"keys and values differ in length: x_k has shape {x_k.shape}, x_v has shape {x_v.shape}")
+    batch = broadcast_batch({"x_q": x_q.shape[:-2], "x_k": x_k.shape[:-2], "x_v": x_v.shape[:-2]})
+    if mask is not None:
+        mask = check_mask(mask, batch + (x_q.shape[-2], x_k.shape[-2]))
+    return x_q, x_k, x_v, mask

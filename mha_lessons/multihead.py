@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._checks import as_float_array, broadcast_batch, check_mask, check_num_heads, require_ndim, require_nonempty
+from ._checks import as_float_array, check_layer_arrays, check_num_heads, require_ndim
 from .attention import scaled_dot_product_attention
 
 
@@ -166,23 +166,7 @@ def _check_layer_inputs(x_q, x_k, x_v, params, mask):
     """Validate the inputs of ``multihead_attention``; return the arrays as floats."""
     if not isinstance(params, MHAParams):
         raise ValueError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
-    arrays = []
-    for name, x, axis in (("x_q", x_q, "n"), ("x_k", x_k, "m"), ("x_v", x_v, "m")):
-        x = as_float_array(x, name)
-        require_ndim(x, name, 2, f"(..., {axis}, d_model)")
-        require_nonempty(x.shape[-2], f"{name} of shape {x.shape}", axis)
-        if x.shape[-1] != params.d_model:
-            raise ValueError(
-                f"{name} has shape {x.shape}, but the parameters expect d_model = {params.d_model} features"
-            )
-        arrays.append(x)
-    x_q, x_k, x_v = arrays
-    if x_k.shape[-2] != x_v.shape[-2]:
-        raise ValueError(f"keys and values differ in length: x_k has shape {x_k.shape}, x_v has shape {x_v.shape}")
-    batch = broadcast_batch({"x_q": x_q.shape[:-2], "x_k": x_k.shape[:-2], "x_v": x_v.shape[:-2]})
-    if mask is not None:
-        mask = check_mask(mask, batch + (x_q.shape[-2], x_k.shape[-2]))
-    return x_q, x_k, x_v, mask
+    return check_layer_arrays(x_q, x_k, x_v, mask, params.d_model, "the parameters expect")
 
 
 def multihead_attention(x_q, x_k, x_v, params, mask=None):

@@ -1,0 +1,391 @@
+"""Head parallelism: shards, simulated workers, the ring all-reduce, real gloo processes, chapter 9's exercises.
+
+Oracles: an attention written out head by head in this file with np.exp (not the package's code), the
+package's single-process layer (itself checked against torch in test_multihead.py), np.sum for the
+all-reduce, closed forms for the byte counts, complexity.mha_flops (checked against torch's FLOP counter
+in test_complexity.py) for the per-worker work, and real processes for the distributed run.
+"""
+
+import importlib.util
+import json
+import math
+import multiprocessing
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import mha_lessons as M
+from mha_lessons.parallel import (
+    ParamShard, allreduce_bytes, partial_output, ring_allreduce, ring_schedule, shard_params,
+    simulate_head_parallel, worker_heads, worker_matmul_flops,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EPS = np.finfo(np.float64).eps
+
+
+def random_params(rng, d_model, num_heads, bias=True):
+    """Random weights and random biases: zero biases would hide a b_O added on every worker."""
+    draw = lambda *shape: rng.normal(scale=1 / math.sqrt(d_model), size=shape)  # noqa: E731
+    return M.MHAParams(num_heads, *(draw(d_model, d_model) for _ in range(4)),
+                       *((draw(d_model) if bias else None) for _ in range(4)))
+
+
+def heads_by_hand(x_q, x_k, x_v, params, mask):
+    """Every head's output, written from the equations of chapter 3 with a loop (the oracle): (h, ..., n, d_k)."""
+    d_k = params.d_k
+    zero = np.zeros(params.d_model)
+    b = {name: zero if getattr(params, name) is None else getattr(params, name) for name in ("b_q", "b_k", "b_v")}
+    heads = []
+    for i in range(params.num_heads):
+        f = slice(i * d_k, (i + 1) * d_k)
+        q = x_q @ params.w_q[:, f] + b["b_q"][f]
+        k = x_k @ params.w_k[:, f] + b["b_k"][f]
+        v = x_v @ params.w_v[:, f] + b["b_v"][f]
+        s = q @ np.swapaxes(k, -1, -2) / math.sqrt(d_k)
+        if mask is not None:
+            s = np.where(mask, s, -np.inf)
+        top = np.max(s, axis=-1, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(top), top, 0.0))
+        total = e.sum(axis=-1, keepdims=True)
+        heads.append(e / np.where(total > 0, total, 1.0) @ v)  # a query that sees nothing gets zeros
+    return heads
+
+
+def term_by_hand(heads, params, num_workers, rank):
+    """Worker rank's term: the sum over its heads of head_i @ (rows of head i in W_O), plus b_O on worker 0."""
+    d_k, per_worker = params.d_k, params.num_heads // num_workers
+    term = sum(heads[i] @ params.w_o[i * d_k:(i + 1) * d_k] for i in range(rank * per_worker, (rank + 1) * per_worker))
+    if rank == 0 and params.b_o is not None:
+        term = term + params.b_o
+    return term
+
+
+def assert_rounding_close(actual, expected, terms):
+    """Equal up to reordered float64 sums.
+
+    Both sides compute the same sums of at most ``terms`` products in another order (one product with all
+    columns against p products with some). Reordering a sum of K terms changes it by at most about
+    K * eps * (sum of their absolute values); the values here are of order one, so |difference| <=
+    K * eps * max(1, |expected|) with a factor 4 for the chain of sums (projection, scores, weighted sum,
+    output) is the bound, some 1e-14, far below any real mistake.
+    """
+    bound = 4 * terms * EPS * np.maximum(1.0, np.abs(expected))
+    assert np.all(np.abs(actual - expected) <= bound), float(np.max(np.abs(actual - expected) / bound))
+
+
+# ---------------------------------------------------------------- which worker holds what
+
+@pytest.mark.parametrize("h, p", [(1, 1), (4, 1), (4, 2), (4, 4), (6, 3), (8, 2)])
+def test_shards_hold_columns_of_wq_wk_wv_and_rows_of_wo_and_together_rebuild_the_layer(rng, h, p):
+    params = random_params(rng, 2 * h, h)
+    shards = [shard_params(params, p, r) for r in range(p)]
+    for r, shard in enumerate(shards):
+        assert list(shard.heads) == list(range(r * h // p, (r + 1) * h // p))
+        assert shard.num_heads == h // p and shard.d_k == params.d_k and shard.d_model == params.d_model
+        assert (shard.b_o is not None) == (r == 0)
+    for name in ("w_q", "w_k", "w_v"):  # columns, in rank order, make the whole matrix again
+        np.testing.assert_array_equal(np.concatenate([getattr(s, name) for s in shards], axis=1),
+                                      getattr(params, name))
+    np.testing.assert_array_equal(np.concatenate([s.w_o for s in shards], axis=0), params.w_o)  # rows
+    for name in ("b_q", "b_k", "b_v"):
+        np.testing.assert_array_equal(np.concatenate([getattr(s, name) for s in shards]), getattr(params, name))
+    np.testing.assert_array_equal(shards[0].b_o, params.b_o)
+
+
+def test_shards_are_copies_not_views(rng):
+    params = random_params(rng, 8, 4)
+    shard = shard_params(params, 2, 1)
+    for name, value in vars(shard).items():
+        if isinstance(value, np.ndarray):
+            assert not np.shares_memory(value, getattr(params, name)), name
+
+
+def test_layer_without_biases_gives_shards_without_biases(rng):
+    shard = shard_params(random_params(rng, 8, 4, bias=False), 2, 0)
+    assert shard.b_q is shard.b_k is shard.b_v is shard.b_o is None
+
+
+# ---------------------------------------------------------------- the terms add up to the layer
+
+CASES = [
+    # (batch, n, m, d_model, h, bias, mask kind)
+    ((), 5, 5, 8, 4, True, None),
+    ((2,), 4, 7, 12, 6, True, "random"),  # cross-attention, n != m
+    ((2, 3), 3, 3, 8, 2, False, "causal"),
+    ((3,), 6, 4, 16, 8, True, "empty row"),  # a query that may attend to nothing
+]
+
+
+def make_case(rng, batch, n, m, d_model, h, bias, mask_kind):
+    params = random_params(rng, d_model, h, bias)
+    x_q, x_k, x_v = (rng.normal(size=batch + (length, d_model)) for length in (n, m, m))
+    mask = None
+    if mask_kind == "causal":
+        mask = M.causal_mask(n, m)
+    elif mask_kind in ("random", "empty row"):
+        mask = rng.random(batch + (n, m)) < 0.6
+        mask[..., 0] = True
+        if mask_kind == "empty row":
+            mask[..., 1, :] = False
+    return x_q, x_k, x_v, params, mask
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}-n{c[1]}-m{c[2]}-d{c[3]}-h{c[4]}-{c[6]}")
+def test_every_term_and_their_sum_match_the_layer_written_out_by_hand(rng, case):
+    x_q, x_k, x_v, params, mask = make_case(rng, *case)
+    h, d_model, m = params.num_heads, params.d_model, x_k.shape[-2]
+    heads = heads_by_hand(x_q, x_k, x_v, params, mask)
+    y_single, w_single = M.multihead_attention(x_q, x_k, x_v, params, mask)
+    for p in sorted({1, 2, 4, h} & {d for d in range(1, h + 1) if h % d == 0}):
+        y, partials = simulate_head_parallel(x_q, x_k, x_v, params, p, mask)
+        assert partials.shape == (p,) + y_single.shape
+        for r in range(p):
+            assert_rounding_close(partials[r], term_by_hand(heads, params, p, r), d_model + m)
+        assert_rounding_close(y, y_single, d_model + m)
+        weights = np.concatenate(  # each worker's heads' weights, side by side, are the layer's
+            [partial_output(x_q, x_k, x_v, shard_params(params, p, r), mask)[1] for r in range(p)], axis=-3)
+        assert_rounding_close(weights, w_single, d_model + m)
+
+
+def test_one_worker_is_the_layer_itself_bit_for_bit(rng):
+    x_q, x_k, x_v, params, mask = make_case(rng, (2,), 4, 6, 12, 3, True, "random")
+    y, partials = simulate_head_parallel(x_q, x_k, x_v, params, 1, mask)
+    np.testing.assert_array_equal(y, M.multihead_attention(x_q, x_k, x_v, params, mask)[0])
+
+
+def test_a_term_alone_is_not_the_output_and_b_o_counted_twice_would_show(rng):
+    # the equality checks above can fail: one worker's term, or a b_O on every worker, is far off
+    x_q, x_k, x_v, params, mask = make_case(rng, (), 5, 5, 8, 4, True, None)
+    y, partials = simulate_head_parallel(x_q, x_k, x_v, params, 2, mask)
+    assert np.abs(partials[0] - y).max() > 0.1
+    assert np.abs(partials.sum(axis=0) + params.b_o - y).max() > 0.1
+
+
+def test_float32_stays_float32(rng):
+    params = M.init_params(8, 4, dtype=np.float32)
+    x = rng.normal(size=(3, 8)).astype(np.float32)
+    y, partials = simulate_head_parallel(x, x, x, params, 2)
+    assert y.dtype == partials.dtype == np.float32
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("p", [3, 5, 8])
+def test_workers_that_do_not_divide_the_heads_are_refused_naming_h_and_p(p):
+    params = M.init_params(8, 4)
+    with pytest.raises(ValueError, match=rf"p = {p} does not divide num_heads = h = 4"):
+        shard_params(params, p, 0)
+    with pytest.raises(ValueError, match=rf"p = {p} does not divide num_heads = h = 4"):
+        simulate_head_parallel(np.ones((2, 8)), np.ones((2, 8)), np.ones((2, 8)), params, p)
+
+
+@pytest.mark.parametrize("p, rank, words", [(0, 0, "num_workers must be a positive integer, got 0"),
+                                            (2.0, 0, "got 2.0"), (True, 0, "got True"),
+                                            (2, 2, r"rank must be an integer in \[0, num_workers\) = \[0, 2\), got 2"),
+                                            (2, -1, "got -1")])
+def test_bad_worker_counts_and_ranks(p, rank, words):
+    with pytest.raises(ValueError, match=words):
+        worker_heads(4, p, rank)
+
+
+def test_bad_shards_and_inputs_are_named(rng):
+    params = M.init_params(8, 4)
+    with pytest.raises(ValueError, match="params must be an MHAParams"):
+        shard_params({"w_q": params.w_q}, 2, 0)
+    shard = shard_params(params, 2, 0)
+    with pytest.raises(ValueError, match=r"x_k has shape \(3, 6\), but the shard expects d_model = 8"):
+        partial_output(np.ones((3, 8)), np.ones((3, 6)), np.ones((3, 8)), shard)
+    with pytest.raises(ValueError, match="shard must be a ParamShard"):
+        partial_output(np.ones((3, 8)), np.ones((3, 8)), np.ones((3, 8)), params)
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 2\) does not broadcast"):
+        partial_output(np.ones((3, 8)), np.ones((3, 8)), np.ones((3, 8)), shard, np.ones((3, 2), dtype=bool))
+    with pytest.raises(ValueError, match=r"w_o has shape \(8, 4\), expected \(4, 8\)"):
+        ParamShard(0, 2, range(0, 2), shard.w_q, shard.w_k, shard.w_v, shard.w_o.T)
+
+
+# ---------------------------------------------------------------- the all-reduce and what it costs
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 7])
+def test_ring_schedule_sends_every_chunk_once_per_step(p):
+    schedule = ring_schedule(p)
+    assert schedule.shape == (p, 2 * (p - 1))
+    for step in range(2 * (p - 1)):  # at each step the p workers send p different chunks
+        assert sorted(schedule[:, step]) == list(range(p))
+
+
+@pytest.mark.parametrize("p, shape", [(1, (4,)), (2, (2, 5, 16)), (3, (7,)), (4, (3, 4)), (5, (3,)), (8, (2, 3, 8))])
+def test_ring_allreduce_leaves_the_sum_on_every_worker_and_sends_the_closed_form(rng, p, shape):
+    arrays = [rng.integers(-50, 50, size=shape).astype(float) for _ in range(p)]  # integers: sums are exact
+    results, sent = ring_allreduce(arrays)
+    total = np.sum(arrays, axis=0)
+    for result in results:
+        np.testing.assert_array_equal(result, total)
+    N, itemsize = math.prod(shape), 8
+    chunk = N / p  # elements per chunk, on average
+    per_step_sizes = [chunk] * (2 * (p - 1))  # reduce-scatter: p - 1 steps, all-gather: p - 1 steps
+    assert math.isclose(sent.mean() * itemsize, sum(per_step_sizes) * itemsize, rel_tol=1e-15)
+    assert math.isclose(allreduce_bytes(N, p, itemsize), sum(per_step_sizes) * itemsize, rel_tol=1e-15)
+    if N % p == 0:  # equal chunks: every worker sends exactly the same
+        assert np.all(sent * itemsize == allreduce_bytes(N, p, itemsize))
+    else:  # chunks differ by one element, and so do the workers (two chunks per worker are not sent)
+        assert sent.max() - sent.min() <= 2
+
+
+def test_allreduce_bytes_tends_to_twice_the_tensor_and_rejects_nonsense():
+    tensor = 4 * 2048 * 4096 * 2
+    ratios = [allreduce_bytes(4 * 2048 * 4096, p, 2) / tensor for p in (1, 2, 4, 8, 1024)]
+    assert ratios == [0.0, 1.0, 1.5, 1.75, 2 * 1023 / 1024]
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            allreduce_bytes(bad, 2)
+
+
+@pytest.mark.parametrize("n, m, d_model, h, batch", [(4, 4, 8, 2, 1), (100, 300, 128, 8, 2), (7, 50, 96, 12, 4)])
+def test_each_worker_does_one_p_th_of_the_matrix_products(n, m, d_model, h, batch):
+    total = M.complexity.mha_flops(n, d_model, h, m, batch=batch)["matmul"]
+    for p in (d for d in range(1, h + 1) if h % d == 0):
+        assert p * worker_matmul_flops(n, d_model, h, p, m, batch=batch) == total
+
+
+# ---------------------------------------------------------------- real processes
+
+def test_script_runs_two_gloo_processes_and_matches_one_process():
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "head_parallel.py"), "--json"],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr  # no warnings: the workers' own output goes to their logs
+    report = json.loads(done.stdout)
+    assert report["backend"] == "gloo" and report["num_workers"] == 2
+    assert report["heads"] == [[0, 1], [2, 3]]
+    assert report["equal"] and report["identical_on_all_workers"]
+    assert report["max_abs_diff"] <= 1e-12
+    assert report["partial_max_abs_diff"] > 1e-3  # so the comparison above can fail
+    assert report["shape"] == [2, 5, 16] and report["tensor_bytes"] == 2 * 5 * 16 * 8
+    assert report["ring_bytes_per_worker"] == 2 * (2 - 1) / 2 * 2 * 5 * 16 * 8
+    print(f"distributed run: {time.monotonic() - start:.1f} s")
+
+
+def test_a_run_that_cannot_finish_in_time_times_out_and_leaves_no_process():
+    with pytest.raises(TimeoutError, match="did not report within timeout = 0.05 s"):
+        M.parallel.run_distributed(2, timeout=0.05)
+    assert multiprocessing.active_children() == []
+
+
+def test_missing_gloo_and_bad_sizes_are_clear_errors():
+    with pytest.raises(RuntimeError, match="no gloo backend"):
+        M.parallel._require_gloo(SimpleNamespace(is_available=lambda: True, is_gloo_available=lambda: False))
+    with pytest.raises(RuntimeError, match="no torch.distributed support"):
+        M.parallel._require_gloo(SimpleNamespace(is_available=lambda: False, is_gloo_available=lambda: False))
+    with pytest.raises(ValueError, match="p = 3 does not divide num_heads = h = 4"):  # before any process starts
+        M.parallel.run_distributed(3)
+    with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
+        M.parallel.run_distributed(2, n=0)
+    with pytest.raises(ValueError, match="d_model = 10 is not divisible by num_heads = 4"):
+        M.parallel.run_distributed(2, d_model=10)
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        M.parallel.run_distributed(2, timeout=0)
+    assert load_script().main(["--workers", "3"]) == 2
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("head_parallel", ROOT / "scripts" / "head_parallel.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_script_text_names_the_heads_the_check_and_the_bytes():
+    script = load_script()
+    args = script.parse(["--workers", "4", "--heads", "8"])
+    report = {"num_workers": 4, "backend": "gloo", "heads": [[0, 1], [2, 3], [4, 5], [6, 7]], "shape": (2, 5, 16),
+              "dtype": "float64", "allreduce_elements": 160, "tensor_bytes": 1280, "ring_bytes_per_worker": 1920.0,
+              "max_abs_diff": 3e-16, "partial_max_abs_diff": 0.61, "max_abs_output": 0.77,
+              "identical_on_all_workers": True}
+    text = "\n".join(script.describe(report, args))
+    for words in ("on 4 processes", "h = 8 heads of d_k = 2", "worker 3 computes heads [6, 7]",
+                  "within 1e-12: True", "1 all-reduce of 160 numbers = 1280 bytes", "= 1920 bytes from each worker"):
+        assert words in text, words
+    assert "within 1e-12: False" in "\n".join(script.describe({**report, "max_abs_diff": 1e-9}, args))
+
+
+# ---------------------------------------------------------------- chapter 9's exercises
+
+def test_w_o_rows_right_and_wrong():
+    def rows(w_o, h, p, r):
+        width = w_o.shape[0] // p
+        return w_o[r * width:(r + 1) * width, :]
+
+    assert M.exercises.check_w_o_rows(rows).ok
+    cases = {
+        "columns of W_O": lambda w_o, h, p, r: rows(w_o.T, h, p, r).T,
+        "transposed": lambda w_o, h, p, r: rows(w_o.T, h, p, r),
+        "rows of one head": lambda w_o, h, p, r: w_o[r * (w_o.shape[0] // h):(r + 1) * (w_o.shape[0] // h)],
+        "dealt out in turn": lambda w_o, h, p, r: np.vstack(
+            [w_o[i * 2:(i + 1) * 2] for i in range(h) if i % p == r]),
+        "ranks count from 0": lambda w_o, h, p, r: rows(w_o, h, p, r + 1),
+        "previous worker": lambda w_o, h, p, r: rows(w_o, h, p, r - 1),
+        "not written yet": lambda w_o, h, p, r: (_ for _ in ()).throw(NotImplementedError()),
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_w_o_rows(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def test_allreduce_bytes_exercise_right_and_wrong():
+    B, n, d, p = 4, 2048, 4096, 8
+    numbers = B * n * d
+    assert M.exercises.check_allreduce_bytes(2 * (p - 1) * numbers * 4 // p).ok
+    cases = {
+        "size of the tensor": numbers * 4,
+        "one of the two phases": (p - 1) * numbers * 4 // p,
+        "not 2": 2 * numbers * 4,
+        "counts numbers, not bytes": 2 * (p - 1) * numbers // p,
+        "counts bits": 2 * (p - 1) * numbers * 4 * 8 // p,
+        "each of the other p - 1": (p - 1) * numbers * 4,
+        "full width d_model": 2 * (p - 1) * (B * n * d // p) * 4 // p,
+        "is None": None,
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_allreduce_bytes(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def _worker_output(x, params, p, r, bias="rank 0", heads_per_worker=None, block=True, w_o_columns=False):
+    """Exercise 3 as a learner writes it, from the equations, with switches for the typical mistakes."""
+    h, d_k = params.num_heads, params.d_k
+    mine = [i for i in range(h) if (i // (h // p) == r if block else i % p == r)]  # this worker's heads
+    cols = np.concatenate([np.arange(i * d_k, (i + 1) * d_k) for i in mine])
+    q = x @ params.w_q[:, cols] + params.b_q[cols]
+    k = x @ params.w_k[:, cols] + params.b_k[cols]
+    v = x @ params.w_v[:, cols] + params.b_v[cols]
+    heads = heads_per_worker or len(mine)  # the mistake: cutting the worker's columns into h heads
+    width = len(cols) // heads
+    outs = [M.scaled_dot_product_attention(q[:, j * width:(j + 1) * width], k[:, j * width:(j + 1) * width],
+                                           v[:, j * width:(j + 1) * width])[0] for j in range(heads)]
+    w_o = params.w_o[:, cols] if w_o_columns else params.w_o[cols, :]  # the mistake: columns, which clash
+    y = np.concatenate(outs, axis=1) @ w_o
+    if bias == "everywhere" or (bias == "rank 0" and r == 0):
+        y = y + params.b_o
+    return y
+
+
+def test_worker_output_right_and_wrong():
+    assert M.exercises.check_worker_output(_worker_output).ok
+    cases = {
+        "p times": lambda x, params, p, r: _worker_output(x, params, p, r, bias="everywhere"),
+        "b_O is missing": lambda x, params, p, r: _worker_output(x, params, p, r, bias="nowhere"),
+        "cut into h = 4 heads": lambda x, params, p, r: _worker_output(x, params, p, r, heads_per_worker=4),
+        "other heads than its block": lambda x, params, p, r: _worker_output(x, params, p, r, block=False),
+        "raised ValueError": lambda x, params, p, r: _worker_output(x, params, p, r, w_o_columns=True),
+        "is None": lambda x, params, p, r: None,
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_worker_output(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
