@@ -1,10 +1,10 @@
-import os
-
+import matplotlib
 import numpy as np
 import pytest
 
-# Figures are drawn off-screen in every test; set before any test module imports matplotlib.
-os.environ["MPLBACKEND"] = "Agg"
+# Figures are drawn off-screen in the tests. Not through the MPLBACKEND variable: the kernels
+# that nbval starts would inherit it, and plt.show() would then store no figure at all.
+matplotlib.use("Agg")
 
 
 @pytest.fixture
