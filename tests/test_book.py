@@ -86,3 +86,11 @@ def test_package_knows_the_repository_of_the_config():
     from mha_lessons.notebook import REPOSITORY
 
     assert REPOSITORY == repository_url()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_opens_with_a_run_this_chapter_box_naming_its_own_file(path):
+    markdown = ["".join(c["source"]) for c in load(path)["cells"] if c["cell_type"] == "markdown"]
+    opening = "\n".join(markdown[:2])
+    assert "**Run this chapter:**" in opening, f"{path.name}: no 'Run this chapter' box at the top"
+    assert f"`book/{path.name}`" in opening, f"{path.name}: the box does not name book/{path.name}"
