@@ -34,7 +34,6 @@ import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-import tracemalloc  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -60,13 +59,7 @@ def versions():
     ]
 
 
-def peak_bytes(fn):
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+peak_bytes = M.complexity.measure_peak_bytes
 
 
 def float32_bound(q, k, v, block_size):

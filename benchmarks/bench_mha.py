@@ -20,7 +20,6 @@ import math
 import statistics
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -121,12 +120,7 @@ def time_pair(batch, n, d_model, h):
     return median_time(ours, reps), median_time(theirs, reps), reps
 
 
-def peak_bytes(fn):
-    tracemalloc.start()
-    fn()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return peak
+peak_bytes = M.complexity.measure_peak_bytes
 
 
 def matmul_gflops(size=2048, repeats=5):

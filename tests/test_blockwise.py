@@ -8,7 +8,6 @@ end, with wrong answers written the way a learner would write them.
 """
 
 import math
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -186,13 +185,7 @@ def test_float16_with_large_scores_stays_finite(rng):
 
 # ---------------------------------------------------------------- memory: never the (n, m) array
 
-def peak_bytes(fn):
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+peak_bytes = M.complexity.measure_peak_bytes
 
 
 @pytest.mark.parametrize("block_size, query_block, dtype",
