@@ -67,7 +67,8 @@ def test_an_unwritten_function_gets_the_not_written_yet_message():
     for check in (M.exercises.check_attend_one, M.exercises.check_attention, M.exercises.check_self_score_moments,
                   M.exercises.check_uniform_jacobian, M.exercises.check_score_divisor, M.exercises.check_split_heads,
                   M.exercises.check_combine_heads, M.exercises.check_weighted_sum_backward,
-                  M.exercises.check_temperature_gradient):
+                  M.exercises.check_temperature_gradient, M.exercises.check_shifted_weights,
+                  M.exercises.check_key_bias_change, M.exercises.check_unexplained_fraction):
         assert_named(check(unwritten), "is not written yet")
 
 
@@ -191,6 +192,61 @@ def test_attention_bad_types():
     assert_named(M.exercises.check_attention(lambda Q, K, V: None), "forgot to `return`")
     assert_named(M.exercises.check_attention(lambda Q, K, V: [1.0, 2.0, 3.0]), "shape (3,); expected shape (3, 2)")
     assert_named(M.exercises.check_attention(None), "expected a function")
+
+
+def _my_shifted_weights(Q, K, V, c, shift_queries=False, shift_keys=True, only_first=False, per_key=False,
+                        axis=-1, what="weights"):
+    """Exercise 3 the way a learner writes it: shift, scores, a hand-written softmax; switches for the usual slips."""
+    Q, K = Q.copy(), K.copy()
+    if shift_queries:
+        Q = Q + c
+    if shift_keys:
+        if only_first:
+            K[0] += c
+        elif per_key:
+            K = K + c.reshape(-1, 1)
+        else:
+            K = np.array([k + c for k in K])
+    S = Q @ K.T / np.sqrt(K.shape[1])
+    e = np.exp(S - S.max(axis=axis, keepdims=True))
+    W = e / e.sum(axis=axis, keepdims=True)
+    return {"weights": W, "scores": S, "output": W @ V}[what]
+
+
+def test_shifted_weights_right_answers_pass():
+    check = M.exercises.check_shifted_weights
+    assert check(_my_shifted_weights).ok
+    # the weights are those of the unshifted keys: the fact the exercise is about, computed by PyTorch
+    import torch
+    assert check(lambda Q, K, V, c: torch.softmax(torch.tensor(Q @ (K + c).T / 2.0), dim=-1).numpy()).ok
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(shift_queries=True, shift_keys=False), "you shifted the queries"),
+        (dict(shift_queries=True), "you shifted the queries"),  # the keys too: same weights
+        (dict(only_first=True), "only key 0 moved"),
+        (dict(per_key=True), "every feature of key j"),
+        (dict(axis=0), "over the queries (axis 0)"),
+        (dict(what="scores"), "these are the scores"),
+        (dict(what="output"), "this is the output"),
+    ],
+)
+def test_shifted_weights_typical_mistakes_are_named(options, words):
+    assert_named(M.exercises.check_shifted_weights(lambda Q, K, V, c: _my_shifted_weights(Q, K, V, c, **options)),
+                 words)
+
+
+def test_shifted_weights_bad_returns():
+    check = M.exercises.check_shifted_weights
+
+    def shift_in_place(Q, K, V, c):
+        K += c  # and forgets the return
+
+    assert_named(check(shift_in_place), "forgot to `return`")
+    first_query = lambda Q, K, V, c: M.scaled_dot_product_attention(Q[:1], K + c, V)[1][0]  # noqa: E731
+    assert_named(check(first_query), "shape (4,); expected shape (3, 4)")
 
 
 # ---------------------------------------------------------------- chapter 2
@@ -323,6 +379,100 @@ def test_combine_heads():
         assert_named(check(wrong), words)
 
 
+def _my_key_bias_change(x, params, b_k, bias="b_k", returned="change"):
+    """Exercise 3 the way a learner writes it: set the bias on the given params, run the layer twice."""
+    y_old = M.multihead_attention(x, x, x, params)[0]
+    setattr(params, bias, b_k)  # the checker hands over a copy
+    y_new = M.multihead_attention(x, x, x, params)[0]
+    return {"change": y_new - y_old, "reverse": y_old - y_new, "new": y_new, "old": y_old,
+            "max": np.abs(y_new - y_old).max()}[returned]
+
+
+def test_key_bias_change_right_answers_pass():
+    check = M.exercises.check_key_bias_change
+    assert check(_my_key_bias_change).ok
+    assert check(lambda x, params, b_k: _my_key_bias_change(x, params, b_k, returned="reverse")).ok
+
+
+def test_key_bias_change_is_checked_against_an_independent_layer():
+    """The right answer is zero: a torch layer with b_K replaced gives the same output (float64)."""
+    import torch
+    rng = np.random.default_rng(0)
+    params = M.init_params(8, 2, seed=1)
+    params.b_q, params.b_k, params.b_v, params.b_o = rng.normal(size=(4, 8))
+    x = torch.tensor(rng.normal(size=(1, 5, 8)))
+    layer = M.params_to_torch(params)
+    y_old = layer(x, x, x, need_weights=False)[0]
+    with torch.no_grad():
+        layer.in_proj_bias[8:16] = torch.tensor(rng.normal(size=8) * 3.0)  # the key bias
+    y_new = layer(x, x, x, need_weights=False)[0]
+    np.testing.assert_allclose((y_new - y_old).detach().numpy(), 0.0, atol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(bias="b_q"), "you changed b_Q"),
+        (dict(bias="b_v"), "you changed b_V"),
+        (dict(bias="b_o"), "you changed b_O"),
+        (dict(bias="b_q", returned="reverse"), "you changed b_Q"),
+        (dict(returned="new"), "this is an output"),
+        (dict(returned="old"), "this is an output"),
+        (dict(returned="max"), "not one number"),
+    ],
+)
+def test_key_bias_change_typical_mistakes_are_named(options, words):
+    verdict = M.exercises.check_key_bias_change(lambda x, params, b_k: _my_key_bias_change(x, params, b_k,
+                                                                                               **options))
+    assert_named(verdict, words)
+
+
+def _my_unexplained_fraction(c1, c4, p, weight=None, target="both", readout="lstsq", measure="fraction"):
+    """Exercise 4 the way a learner writes it: normal equations instead of lstsq, squared errors by hand."""
+    p = p if weight is None else weight
+    z = p * c1 + (1 - p) * c4
+    wanted = {"both": np.hstack([c1, c4]), "c1": c1, "c4": c4}[target]
+    if readout == "lstsq":
+        guess = z @ np.linalg.solve(z.T @ z, z.T @ wanted)
+    else:  # the blend copied into both slots, as the one-head layer of section 5 does
+        guess = np.hstack([z, z])
+    missed = ((guess - wanted) ** 2).sum() / (wanted ** 2).sum()
+    return {"fraction": missed, "explained": 1 - missed, "norms": np.sqrt(missed)}[measure]
+
+
+def test_unexplained_fraction_right_answers_pass():
+    check = M.exercises.check_unexplained_fraction
+    assert check(_my_unexplained_fraction).ok
+    assert check(lambda c1, c4, p: np.array([_my_unexplained_fraction(c1, c4, p)])).ok  # a one-element array
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(weight=0.5), "the blend p = 0.5 of section 5"),
+        (dict(weight=0.8), "p = 0.8 whatever the argument"),
+        (dict(target="c1"), "the part of c1 alone"),
+        (dict(target="c4"), "the part of c4 alone"),
+        (dict(measure="explained"), "explained fraction"),
+        (dict(measure="norms"), "ratio of norms"),
+        (dict(readout="copy"), "not the best read-out"),
+    ],
+)
+def test_unexplained_fraction_typical_mistakes_are_named(options, words):
+    verdict = M.exercises.check_unexplained_fraction(lambda c1, c4, p: _my_unexplained_fraction(c1, c4, p, **options))
+    assert_named(verdict, words)
+
+
+def test_unexplained_fraction_other_slips():
+    check = M.exercises.check_unexplained_fraction
+    swapped = lambda c1, c4, p: _my_unexplained_fraction(c4, c1, p)  # noqa: E731 (p on position 4's content)
+    assert_named(check(swapped), "p is on position 4")
+    exact = lambda c1, c4, p: (p**2 + (1 - p)**2) / (p**2 + (1 - p)**2) / 2  # noqa: E731 (the formula, not measured)
+    assert_named(check(exact), "1/2 is the theory")
+    assert_named(check(lambda c1, c4, p: [0.5, 0.5]), "returned 2 numbers")
+    assert_named(check(lambda c1, c4, p: None), "is None")
+
+
 # ---------------------------------------------------------------- chapter 4
 
 def test_cross_attention_flops():
@@ -366,6 +516,24 @@ def test_weights_memory_length():
         "own n × n weights": first_n(heads=1),
         "not 10^9": first_n(budget=10**9),
         "2 bytes, not 16": first_n(bytes_per_number=16),
+        "is None": None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def test_float32_weights():
+    check = M.exercises.check_float32_weights
+    q = np.ones((1, 2, 3), dtype=np.float32)
+    out, weights = M.scaled_dot_product_attention(q, q, q)
+    assert check(weights.dtype).ok and check((out.dtype, weights.dtype)).ok and check(weights).ok
+    assert check("float32").ok
+    q64 = np.ones((1, 2, 3))  # the dtype forgotten: numpy's default is float64
+    cases = {
+        "make the inputs float32": M.scaled_dot_product_attention(q64, q64, q64)[1].dtype,
+        "float16?": np.float16,
+        "give the dtype itself": weights.dtype == np.float32,
+        "is not a dtype": "thirty-two bits",
         "is None": None,
     }
     for words, wrong in cases.items():

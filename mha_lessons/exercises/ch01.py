@@ -166,3 +166,44 @@ def check_attention(attention):
                            "overflowed. Subtract each row's maximum from the scores before np.exp.")
     return compare(answer, expected, mistakes, what="the output of attention",
                    right="your attention matches the package, also for a query whose scores reach the hundreds.")
+
+
+def check_shifted_weights(shifted_weights):
+    """Check ``shifted_weights(Q, K, V, c)``: the weights (n, m) after the vector c (d_k,) is added to every key.
+
+    Adding c to key j adds q·c to the score of query q against it: the same number for the whole row,
+    which the softmax cancels, so the right answer is the weights of the unshifted keys. The check
+    runs it on 3 queries and 4 keys with d_k = 4 (m = d_k, so that c added along the wrong axis runs).
+    Recognised mistakes: the queries shifted instead of (or as well as) the keys, one key shifted
+    only, c added along the wrong axis, the softmax over the queries, the scores or the output
+    returned instead of the weights.
+
+    >>> import mha_lessons as M
+    >>> M.exercises.check_shifted_weights(lambda Q, K, V, c: M.scaled_dot_product_attention(Q, K + c, V)[1])
+    Right: the weights did not change: each row of scores rose by the same q·c.
+    """
+    rng = np.random.default_rng(3)
+    Q, K, V = rng.normal(size=(3, 4)), rng.normal(size=(4, 4)), rng.normal(size=(4, 2))  # n = 3, m = d_k = 4
+    c = rng.normal(size=4) * 3.0  # (d_k,), large enough that a wrong shift shows
+    answer, failure = call_learner(shifted_weights, Q.copy(), K.copy(), V.copy(), c.copy(), name="shifted_weights")
+    if failure is not None:
+        return failure
+    scale = 1 / math.sqrt(Q.shape[-1])
+    K_one = K.copy()
+    K_one[0] += c  # only the first key moved
+    scores = (Q @ (K + c).T) * scale  # (n, m), the shifted keys' scores
+
+    def weights(q, k):
+        return scaled_dot_product_attention(q, k, V)[1]  # (n, m)
+
+    mistakes = [
+        # (q + c)·(k + c) differs from (q + c)·k by q·c + c·c, the same for a whole row: both give these weights
+        (weights(Q + c, K), "you shifted the queries; the exercise adds c to the keys only: K + c."),
+        (weights(Q, K_one), "only key 0 moved, and then the weights change; add c to every key."),
+        (weights(Q, K + c[:, None]), "c[j] went to every feature of key j; add the vector c to each key: K + c."),
+        (softmax(scores, axis=0), "the softmax runs over the queries (axis 0); each query's row sums to 1."),
+        (scores, "these are the scores; the weights are their softmax along each row."),
+        (scaled_dot_product_attention(Q, K + c, V)[0], "this is the output, (n, d_v); return the weights, (n, m)."),
+    ]
+    return compare(answer, weights(Q, K), mistakes, what="the weights",
+                   right="the weights did not change: each row of scores rose by the same q·c.")

@@ -5,9 +5,12 @@ The test arrays have n, h and d_k all different, so that every wrong order of th
 shape or in the values, and entries that tell token and feature apart (entry = 10 t + f).
 """
 
+from dataclasses import replace
+
 import numpy as np
 
-from ..multihead import combine_heads, split_heads
+from ..lookup import relative_error
+from ..multihead import combine_heads, init_params, multihead_attention, split_heads
 from ._verdict import Verdict, call_learner, compare
 
 
@@ -136,3 +139,118 @@ def check_combine_heads(combine_heads_function):
     ]
     return compare(answer, combine_heads(heads), mistakes, what=f"{name}(heads)",
                    right=f"your {name} undoes split_heads exactly.")
+
+
+def _layer_with_biases():
+    """x (5, 8) and an 8-wide layer with h = 2 heads whose four biases are all non-zero."""
+    rng = np.random.default_rng(6)
+    params = init_params(8, 2, seed=7)
+    b_q, b_k, b_v, b_o = rng.normal(size=(4, 8))
+    return rng.normal(size=(5, 8)), replace(params, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o)
+
+
+def _copy(params):
+    """A copy of the parameters that the learner's function may change freely."""
+    return replace(params, **{name: array.copy() for name, array in params.arrays().items()})
+
+
+def check_key_bias_change(key_bias_change):
+    """Check ``key_bias_change(x, params, b_k)``: the output with key bias b_k minus the output with params.
+
+    Self-attention on x (5, 8), 2 heads, all biases non-zero. The key bias adds q·b_K to a whole row
+    of scores, which the softmax cancels, so the right change is zero up to rounding. It is called
+    with b_k = 0 and with random numbers. Recognised mistakes: another bias changed (b_Q, b_V or
+    b_O), the new or old output returned instead of the change, a single number returned.
+
+    >>> import mha_lessons as M
+    >>> from dataclasses import replace
+    >>> def change(x, params, b_k):
+    ...     return (M.multihead_attention(x, x, x, replace(params, b_k=b_k))[0]
+    ...             - M.multihead_attention(x, x, x, params)[0])
+    >>> M.exercises.check_key_bias_change(change)
+    Right: zero or random, b_K changed the output by rounding only: no effect.
+    """
+    x, params = _layer_with_biases()
+    name = _name(key_bias_change, "key_bias_change")
+
+    def output(**biases):  # the layer's output (n, d_model) with some biases replaced
+        return multihead_attention(x, x, x, replace(params, **biases))[0]
+
+    y = output()
+    for b_k in (np.zeros(8), np.random.default_rng(9).normal(size=8) * 3.0):
+        answer, failure = call_learner(key_bias_change, x.copy(), _copy(params), b_k.copy(), name=name)
+        if failure is not None:
+            return failure
+        if answer is not None and np.ndim(answer) == 0 and not isinstance(answer, str):
+            return Verdict(False, f"return the change of every output entry, shape {y.shape}, not one number.")
+        expected = output(b_k=b_k) - y  # (n, d_model), zero up to rounding
+        not_change = "this is an output; return the change: new output minus old."
+        mistakes = [(y, not_change), (output(b_k=b_k), not_change)]  # equal: b_K has no effect
+        for bias, words in (("b_q", "b_Q, the query bias"), ("b_v", "b_V, the value bias"),
+                            ("b_o", "b_O, the output bias")):
+            change = output(**{bias: b_k}) - y
+            message = f"you changed {words}; the exercise replaces b_K: params.b_k."
+            mistakes += [(change, message), (-change, message)]
+        verdict = compare(answer, expected, mistakes, what=f"the change that {name} returns")
+        if not verdict:
+            return verdict
+    return Verdict(True, "zero or random, b_K changed the output by rounding only: no effect.")
+
+
+def check_unexplained_fraction(unexplained_fraction):
+    """Check ``unexplained_fraction(c1, c4, p)``: the part of [c1, c4] the best linear read-out of the blend misses.
+
+    c1 and c4 (samples, d_content) are independent contents; one head sees z = p c1 + (1 - p) c4,
+    the best linear read-out is a least-squares fit of [c1, c4] from z, and the fraction is its
+    relative squared error (``M.lookup.relative_error``). It is called with p = 0.8 and p = 0.3 on
+    the same samples. Recognised mistakes: p on the wrong content, p ignored (0.5 or 0.8 typed in),
+    one content as the target, the explained fraction, a ratio of norms, no fitted read-out, 1/2
+    stated instead of measured.
+
+    >>> import numpy as np, mha_lessons as M
+    >>> def fraction(c1, c4, p):
+    ...     z = p * c1 + (1 - p) * c4
+    ...     wanted = np.concatenate([c1, c4], axis=-1)
+    ...     readout = np.linalg.lstsq(z, wanted, rcond=None)[0]
+    ...     return M.lookup.relative_error(z @ readout, wanted)
+    >>> M.exercises.check_unexplained_fraction(fraction)
+    Right: one head misses 0.499 at p = 0.8 and 0.498 at p = 0.3: half, whatever p.
+    """
+    rng = np.random.default_rng(12)
+    c1, c4 = rng.normal(size=(2, 5000, 4))  # (samples, d_content) each
+    wanted = np.concatenate([c1, c4], axis=-1)  # (samples, 2 d_content)
+    name = _name(unexplained_fraction, "unexplained_fraction")
+
+    def missed(p, target=wanted, a=c1, b=c4):  # the fraction of target that a read-out of p a + (1 - p) b misses
+        z = p * a + (1 - p) * b  # (samples, d_content)
+        readout = np.linalg.lstsq(z, target, rcond=None)[0]  # (d_content, width of target)
+        return relative_error(z @ readout, target)
+
+    found = {}
+    for p in (0.8, 0.3):
+        answer, failure = call_learner(unexplained_fraction, c1.copy(), c4.copy(), p, name=name)
+        if failure is not None:
+            return failure
+        if answer is not None and np.size(answer) > 1:
+            return Verdict(False, f"{name} returned {np.size(answer)} numbers; it should return one fraction.")
+        expected = missed(p)
+        z = p * c1 + (1 - p) * c4
+        mistakes = [
+            (missed(1 - p), "p is on position 4; it is the weight of position 1: z = p c1 + (1 - p) c4."),
+            (missed(0.5), f"this is the blend p = 0.5 of section 5; use the argument p (here {p})."),
+            (missed(0.8), f"this is for p = 0.8 whatever the argument; use p (here {p})."),
+            (missed(p, target=c1), "that is the part of c1 alone; the target is both contents, [c1, c4]."),
+            (missed(p, target=c4), "that is the part of c4 alone; the target is both contents, [c1, c4]."),
+            (1 - expected, "that is the explained fraction; the exercise asks for the part missed."),
+            (np.sqrt(expected), "that is a ratio of norms; the fraction compares squared sizes."),
+            (relative_error(np.concatenate([z, z], axis=-1), wanted),
+             "z in both slots is not the best read-out; fit one with np.linalg.lstsq."),
+            (0.5, "1/2 is the theory; measure it on the samples with a fitted read-out."),
+        ]
+        verdict = compare(np.squeeze(answer) if answer is not None else None, expected, mistakes,
+                          what=f"{name}(c1, c4, {p})")
+        if not verdict:
+            return verdict
+        found[p] = expected
+    return Verdict(True, f"one head misses {found[0.8]:.3f} at p = 0.8 and {found[0.3]:.3f} at p = 0.3: "
+                         "half, whatever p.")

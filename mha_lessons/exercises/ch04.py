@@ -1,13 +1,17 @@
 """Checkers for chapter 4 (what attention costs).
 
 The right answers come from ``M.complexity``, whose counts the tests compare with PyTorch's FLOP
-counter; the wrong ones are the counts that a forgotten factor or a swapped size gives.
+counter; the wrong ones are the counts that a forgotten factor or a swapped size gives. Exercise 3's
+right answer comes from running ``scaled_dot_product_attention`` on float32 inputs.
 """
 
 import math
 
+import numpy as np
+
+from ..attention import scaled_dot_product_attention
 from ..complexity import mha_flops, mha_memory
-from ._verdict import compare
+from ._verdict import Verdict, compare
 
 
 def check_cross_attention_flops(flops):
@@ -79,3 +83,35 @@ def check_weights_memory_length(n_min):
     return compare(n_min, expected, mistakes, what="your n",
                    right=f"at n = {expected} the weights take {weights:,} bytes, more than 2^30 = {limit:,}.",
                    rtol=0, atol=1e-9)
+
+
+def check_float32_weights(weights_dtype):
+    """Check the dtype of the weights that ``scaled_dot_product_attention`` returns for float32 inputs (exercise 3).
+
+    Give ``weights.dtype`` (a pair ``(out.dtype, weights.dtype)`` or the weights array itself also do).
+    The check runs the package on float32 inputs itself, so it fails if the package ever upcasts.
+
+    >>> import numpy as np, mha_lessons as M
+    >>> M.exercises.check_float32_weights(np.float32)
+    Right: float32 in, float32 out: the package does not upcast to float64.
+    """
+    q = np.ones((2, 3, 4), dtype=np.float32)
+    out, weights = scaled_dot_product_attention(q, q, q)
+    expected = np.result_type(out, weights)  # what the package gives
+    if weights_dtype is None:
+        return Verdict(False, "your answer is None: not computed yet.")
+    if isinstance(weights_dtype, (bool, np.bool_)):
+        return Verdict(False, "give the dtype itself, weights.dtype, so that the check can read it.")
+    answers = list(weights_dtype) if isinstance(weights_dtype, (tuple, list)) else [weights_dtype]
+    try:
+        dtypes = [a.dtype if isinstance(a, (np.ndarray, np.generic)) else np.dtype(a) for a in answers]
+    except TypeError:
+        return Verdict(False, f"{weights_dtype!r} is not a dtype; give weights.dtype.")
+    for dtype in dtypes:
+        if dtype == np.float64:
+            return Verdict(False, "float64: make the inputs float32; np.ones gives float64 by default.")
+        if dtype != expected:
+            return Verdict(False, f"{dtype}? with float32 inputs the package gives {expected}.")
+    if expected != np.float32:  # the package itself upcast: not the learner's mistake
+        return Verdict(False, f"the package returned {expected} for float32 inputs; it should keep float32.")
+    return Verdict(True, "float32 in, float32 out: the package does not upcast to float64.")
