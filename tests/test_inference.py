@@ -399,3 +399,45 @@ def test_mean_pool_kv_exercise():
     for words, wrong in cases.items():
         verdict = M.exercises.check_mean_pool_kv(wrong)
         assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def _earlier_changed(x, params, causal, old_mask="causal", shift=False, keep_last=False):
+    """Exercise 4 as a learner writes it, row by row, with switches for the typical mistakes."""
+    n = len(x)
+    mask_new = M.causal_mask(n) if causal else None
+    mask_old = M.causal_mask(n - 1) if (causal if old_mask == "causal" else old_mask) else None
+    old, _ = M.multihead_attention(x[:-1], x[:-1], x[:-1], params, mask_old)
+    new, _ = M.multihead_attention(x, x, x, params, mask_new)
+    rows = new[1:] if shift else new[:-1]  # shift: row i + 1 compared with old row i
+    changed = [not np.allclose(rows[i], old[i]) for i in range(n - 1)]
+    return np.array(changed + [True] if keep_last else changed)
+
+
+def test_earlier_changed_exercise():
+    assert M.exercises.check_earlier_changed(_earlier_changed).ok
+    cases = {
+        "True and False are swapped": lambda x, p, c: ~_earlier_changed(x, p, c),
+        "compare row i with row i": lambda x, p, c: _earlier_changed(x, p, c, shift=True),
+        "in one run only": lambda x, p, c: _earlier_changed(x, p, c, old_mask=False),
+        "leave the mask out of both runs": lambda x, p, c: _earlier_changed(x, p, True),
+        "the new token has no old output": lambda x, p, c: _earlier_changed(x, p, c, keep_last=True),
+        "not written yet": lambda x, p, c: (_ for _ in ()).throw(NotImplementedError),
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_earlier_changed(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def test_earlier_changed_matches_the_cache_oracle():
+    """The checker's causal answer agrees with decode_step: cached rows are final, so nothing earlier changes."""
+    rng = np.random.default_rng(5)
+    params = M.init_params(8, 2, seed=3)
+    x = rng.normal(size=(6, 8))
+    cache, rows = None, []
+    for t in range(6):
+        y, cache = decode_step(x[t:t + 1], params, cache)
+        rows.append(y[0])
+    full, _ = M.multihead_attention(x, x, x, params, M.causal_mask(6))
+    np.testing.assert_allclose(np.array(rows), full, rtol=1e-12, atol=1e-12)  # decoding = causal full pass
+    assert M.exercises.check_earlier_changed(
+        lambda x, params, causal: np.zeros(len(x) - 1, bool) if causal else np.ones(len(x) - 1, bool)).ok

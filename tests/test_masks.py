@@ -319,3 +319,59 @@ def test_sliding_window_right_answers_pass():
 def test_sliding_window_typical_mistakes_are_named(wrong, words):
     verdict = M.exercises.check_sliding_window_mask(wrong)
     assert not verdict.ok and words in verdict.message, verdict.message
+
+
+def _learner_stack(first, second, compare=lambda a, b: (a != b).any(axis=-1)):
+    """A learner's changed_positions: ``first`` and ``second`` pick the masks from (pad, second_mask)."""
+    def changed_positions(x, x_other, params_1, params_2, pad, second_mask):
+        def stack(inputs):
+            y1, _ = M.multihead_attention(inputs, inputs, inputs, params_1, mask=first(pad, second_mask))
+            y2, _ = M.multihead_attention(y1, y1, y1, params_2, mask=second(pad, second_mask))
+            return y2
+        return compare(stack(x), stack(x_other))
+    return changed_positions
+
+
+def _one_layer(x, x_other, params_1, params_2, pad, second_mask):
+    """Forgets the second layer: compares the first layer's outputs only."""
+    y, y_other = (M.multihead_attention(a, a, a, params_1, mask=pad)[0] for a in (x, x_other))
+    return ~np.isclose(y, y_other).all(axis=-1)
+
+
+def test_changed_positions_right_answers_pass():
+    assert M.exercises.check_changed_positions(_learner_stack(lambda p, s: p, lambda p, s: s)).ok
+    assert M.exercises.check_changed_positions(_learner_stack(  # a tolerance instead of exact equality
+        lambda p, s: p, lambda p, s: s, lambda a, b: ~np.isclose(a, b).all(axis=-1))).ok
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_learner_stack(lambda p, s: p, lambda p, s: s, lambda a, b: np.isclose(a, b).all(axis=-1)), "swapped"),
+        (_learner_stack(lambda p, s: None, lambda p, s: s), "give the first layer the mask pad"),
+        (_learner_stack(lambda p, s: p, lambda p, s: p), "give the second layer second_mask"),
+        (_one_layer, "give the second layer second_mask, and run both layers"),
+        (_learner_stack(lambda p, s: p, lambda p, s: s, lambda a, b: a != b), "one entry per feature"),
+        (_learner_stack(lambda p, s: p, lambda p, s: s, lambda a, b: (a != a).any(axis=-1)), "nothing changed"),
+        (_learner_stack(lambda p, s: p, lambda p, s: s, lambda a, b: np.abs(a - b).max(axis=-1)), "dtype float64"),
+    ],
+)
+def test_changed_positions_typical_mistakes_are_named(wrong, words):
+    verdict = M.exercises.check_changed_positions(wrong)
+    assert not verdict.ok and words in verdict.message, verdict.message
+
+
+def test_changed_positions_against_an_independent_loop():
+    """The checker's answer, rebuilt by a plain loop over sequences with no batching: it must accept it."""
+    def per_sequence(x, x_other, params_1, params_2, pad, second_mask):
+        rows = []
+        for b in range(len(x)):
+            m1 = pad[b]  # (1, m)
+            m2 = None if second_mask is None else second_mask[b]
+            outs = []
+            for inputs in (x[b], x_other[b]):
+                y1, _ = M.multihead_attention(inputs, inputs, inputs, params_1, mask=m1)
+                outs.append(M.multihead_attention(y1, y1, y1, params_2, mask=m2)[0])
+            rows.append([not np.array_equal(outs[0][i], outs[1][i]) for i in range(x.shape[1])])
+        return np.array(rows)
+    assert M.exercises.check_changed_positions(per_sequence).ok

@@ -389,3 +389,25 @@ def test_worker_output_right_and_wrong():
     for words, wrong in cases.items():
         verdict = M.exercises.check_worker_output(wrong)
         assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def test_split_head_counts_exercise_right_and_wrong():
+    B, n, m, h, d = 4, 2048, 2048, 32, 4096
+    scores, output = B * h * n * m, B * n * d  # one partial score per (sequence, head, query, key); B n d outputs
+    assert M.exercises.check_split_head_counts((scores, output)).ok
+    assert M.exercises.check_split_head_counts([float(scores), np.int64(output)]).ok
+    cases = {
+        "batch is missing": (h * n * m, output),
+        "one head's scores": (B * n * m, output),
+        "one head of one sequence": (n * m, output),
+        "features of q": (B * h * n * (d // h), output),
+        "counts bytes": (scores * 4, output * 4),
+        "output count misses the batch": (scores, n * d),
+        "not d_k": (scores, B * n * (d // h)),
+        "swapped": (output, scores),
+        "give two numbers": "two numbers",
+        "counts is None": None,
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_split_head_counts(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)

@@ -479,3 +479,35 @@ def test_both_right_exercise():
     for words, wrong in cases.items():
         verdict = M.exercises.check_both_right(wrong)
         assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def learner_head_weights(weights, segment, swap_pq=False, every=False, transpose=False, itself=False):
+    """Exercise 4 as a learner writes it, position by position, with switches for the typical mistakes."""
+    h, n, _ = weights.shape
+    p, q = [], []
+    for i in range(n):
+        start = i - i % segment
+        if not every and (i == 0 or i - 1 == start):
+            continue  # the relations coincide, or there is no previous token
+        prev = i if itself else i - 1
+        get = (lambda l, key: weights[l, key, i]) if transpose else (lambda l, key: weights[l, i, key])
+        p.append([get(l, prev) for l in range(h)])
+        q.append([get(l, start) for l in range(h)])
+    p, q = np.array(p).T, np.array(q).T  # (h, k)
+    return (q, p) if swap_pq else (p, q)
+
+
+def test_head_weights_exercise():
+    assert M.exercises.check_head_weights(learner_head_weights).ok
+    cases = {
+        "p and q are swapped": lambda w, s: learner_head_weights(w, s, swap_pq=True),
+        "heads are swapped": lambda w, s: tuple(a[::-1] for a in learner_head_weights(w, s)),
+        "one row per head": lambda w, s: tuple(a.T for a in learner_head_weights(w, s)),
+        "query and key are swapped": lambda w, s: learner_head_weights(w, s, transpose=True),
+        "on itself": lambda w, s: learner_head_weights(w, s, itself=True),
+        "keeps every position;": lambda w, s: learner_head_weights(w, s, every=True),
+        "forgot to `return`": lambda w, s: None,
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_head_weights(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)

@@ -139,3 +139,75 @@ def check_sliding_window_mask(sliding_window):
         if not verdict:
             return verdict
     return verdict
+
+
+def _two_layer_changes(x, x_other, params_1, params_2, first_mask, second_mask):
+    """(B, n) boolean: where the output of two self-attention layers differs between ``x`` and ``x_other``."""
+    from ..multihead import multihead_attention
+
+    def stack(inputs):
+        y1, _ = multihead_attention(inputs, inputs, inputs, params_1, mask=first_mask)  # (B, n, d_model)
+        y2, _ = multihead_attention(y1, y1, y1, params_2, mask=second_mask)  # (B, n, d_model)
+        return y2
+
+    return ~np.isclose(stack(x), stack(x_other), rtol=0, atol=1e-12).all(axis=-1)  # (B, n)
+
+
+def check_changed_positions(changed_positions):
+    """Check ``changed_positions(x, x_other, params_1, params_2, pad, second_mask)``: a (B, n) boolean array.
+
+    Two self-attention layers run on ``x`` and on ``x_other`` (the same batch with other filler at the padded
+    positions); the first layer gets the key padding mask ``pad``, the second ``second_mask``. True marks the
+    positions whose output of the second layer differs between the two runs. Checked with
+    ``second_mask = pad`` and with ``second_mask = None``.
+
+    >>> import numpy as np, mha_lessons as M
+    >>> def changed_positions(x, x_other, params_1, params_2, pad, second_mask):
+    ...     def stack(inputs):
+    ...         y1, _ = M.multihead_attention(inputs, inputs, inputs, params_1, mask=pad)
+    ...         return M.multihead_attention(y1, y1, y1, params_2, mask=second_mask)[0]
+    ...     return np.abs(stack(x) - stack(x_other)).max(axis=-1) > 1e-12
+    >>> M.exercises.check_changed_positions(changed_positions)
+    Right: the filler changes only padded positions while every layer masks it.
+    """
+    from ..multihead import init_params
+
+    lengths, n, d_model, h = [5, 3, 4], 5, 8, 2
+    rng = np.random.default_rng(6)
+    pad = padding_mask(lengths, n)  # (B, 1, m)
+    real = pad[:, 0, :]  # (B, n)
+    x = rng.normal(size=(len(lengths), n, d_model))  # (B, n, d_model)
+    x_other = x.copy()
+    x_other[~real] = rng.normal(scale=3.0, size=(int((~real).sum()), d_model))  # other filler
+    params_1, params_2 = init_params(d_model, h, seed=61), init_params(d_model, h, seed=62)
+    # (B, n): True at every token of a sequence that has padding
+    padded_rows = np.broadcast_to(~real.all(axis=-1, keepdims=True), real.shape)
+    verdict = None
+    for second_mask, case in ((pad, "with pad in both layers"), (None, "with second_mask=None")):
+        answer, failure = call_learner(changed_positions, x.copy(), x_other.copy(), params_1, params_2,
+                                       pad.copy(), second_mask, name="changed_positions")
+        if failure is not None:  # a Verdict is false when it reports a mistake
+            return failure
+        expected = _two_layer_changes(x, x_other, params_1, params_2, pad, second_mask)  # (B, n)
+        what = f"your array {case}"
+        if answer is not None and np.shape(answer) == (*expected.shape, d_model):
+            return Verdict(False, f"{what} has one entry per feature; reduce them to one per position "
+                                  f"(.any(axis=-1)), shape (B, n).")
+        answer, failure = _boolean_answer(answer, expected, what)
+        if failure is not None:
+            return failure
+        mistakes = [
+            (~expected, "True and False are swapped: True marks the positions whose output changed."),
+            (np.zeros_like(expected), "nothing changed: run the stack on x_other as well as on x, and compare."),
+        ]
+        if second_mask is None:
+            mistakes.append((~real, "without the mask in layer 2 the real tokens change too: give the second "
+                                    "layer second_mask, and run both layers."))
+        else:
+            mistakes.append((padded_rows, "every token of a padded sequence changed: give the first layer "
+                                          "the mask pad as well."))
+        verdict = compare(answer, expected, mistakes, what=what,
+                          right="the filler changes only padded positions while every layer masks it.")
+        if not verdict:
+            return verdict
+    return verdict

@@ -113,3 +113,65 @@ def check_mean_pool_kv(mean_pool_kv):
     ]
     return compare(answer, expected, mistakes, what="mean_pool_kv(w, 6, 2) for w of shape (12, 12)",
                    right="each key/value head is the mean of the g consecutive heads of its group.")
+
+
+def check_earlier_changed(earlier_changed):
+    """Check ``earlier_changed(x, params, causal)``: which earlier outputs change when the last token arrives.
+
+    ``x`` is (n, d_model). Return a boolean (n - 1,) array, True at position i when row i of the
+    self-attention output on ``x[:-1]`` differs from row i of the output on all of ``x``, with a causal
+    mask when ``causal`` is True and no mask otherwise. Checked for both cases.
+
+    >>> import numpy as np, mha_lessons as M
+    >>> def earlier_changed(x, params, causal):
+    ...     n = len(x)
+    ...     old, _ = M.multihead_attention(x[:-1], x[:-1], x[:-1], params, M.causal_mask(n - 1) if causal else None)
+    ...     new, _ = M.multihead_attention(x, x, x, params, M.causal_mask(n) if causal else None)
+    ...     return ~np.isclose(new[:-1], old).all(axis=-1)
+    >>> M.exercises.check_earlier_changed(earlier_changed)
+    Right: causal rows stay put; without the mask every earlier row changes.
+    """
+    from ..attention import causal_mask
+    from ..multihead import init_params, multihead_attention
+
+    n, d_model, h = 6, 8, 2
+    x = np.random.default_rng(81).normal(size=(n, d_model))  # (n, d_model)
+    params = init_params(d_model, h, seed=82)
+    answers, expected = [], []
+    for causal in (True, False):
+        answer, failure = call_learner(earlier_changed, x.copy(), params, causal, name="earlier_changed")
+        if failure is not None:  # a Verdict is false when it reports a mistake
+            return failure
+        old, _ = multihead_attention(x[:-1], x[:-1], x[:-1], params, causal_mask(n - 1) if causal else None)
+        new, _ = multihead_attention(x, x, x, params, causal_mask(n) if causal else None)
+        expected.append(~np.isclose(new[:-1], old, rtol=0, atol=1e-12).all(axis=-1))  # (n - 1,)
+        what = f"your array for causal={causal}"
+        if answer is None or np.shape(answer) != (n - 1,):
+            if np.shape(answer) == (n,):
+                return Verdict(False, f"{what} has n entries; the new token has no old output: "
+                                      f"give the n - 1 earlier ones.")
+            if np.shape(answer) in ((n - 1, d_model), (n, d_model)):
+                return Verdict(False, f"{what} has one entry per feature; give one per position "
+                                      f"(.any(axis=-1)).")
+            return compare(answer, expected[-1], what=what)
+        answers.append(answer)
+    expected = np.stack(expected)  # (2, n - 1): row 0 causal, row 1 no mask
+    old_unmasked, _ = multihead_attention(x[:-1], x[:-1], x[:-1], params)  # the shorter run forgot the mask
+    new_causal, _ = multihead_attention(x, x, x, params, causal_mask(n))
+    one_mask = ~np.isclose(new_causal[:-1], old_unmasked, rtol=0, atol=1e-12).all(axis=-1)  # (n - 1,)
+    yes, no = np.ones(n - 1), np.zeros(n - 1)
+    mistakes = [
+        (~expected, "True and False are swapped: True marks the earlier outputs that changed."),
+        (np.stack([yes, yes]), "with the causal mask no earlier row can see the new token: use a causal mask "
+                               "in both runs and compare row i with row i."),
+        (np.stack([one_mask, expected[1]]), "the causal case has the mask in one run only: the shorter "
+                                            "sequence needs causal_mask(n - 1)."),
+        (np.stack([no, no]), "without a mask the new key enters every row's softmax: leave the mask out of "
+                             "both runs when causal is False."),
+    ]
+    try:
+        answers = np.stack([np.asarray(a, dtype=float) for a in answers])  # (2, n - 1)
+    except (TypeError, ValueError):
+        return Verdict(False, "your arrays are not arrays of True/False.")
+    return compare(answers, expected, mistakes, what="your arrays for causal=True, False",
+                   right="causal rows stay put; without the mask every earlier row changes.")

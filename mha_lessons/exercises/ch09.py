@@ -140,3 +140,53 @@ def check_worker_output(worker_output):
                               "than its block: here worker r holds heads r * h/p to (r + 1) * h/p - 1.")
     return compare(stacked, partials, mistakes, what="the stacked outputs of workers 0 and 1",
                    right="both workers' terms are right, and they add up to the layer's output.")
+
+
+# The sizes of exercise 4 (every head split over two workers).
+SPLIT_QUESTION = dict(B=4, n=2048, m=2048, h=32, d_model=4096)
+
+
+def check_split_head_counts(counts):
+    """Check ``counts = (partial_scores, output_numbers)`` of exercise 4: numbers, not bytes.
+
+    When each head's d_k features are split over two workers, the workers must add up their partial
+    scores, one per (sequence, head, query, key): B h n m numbers. The output all-reduce of the chapter
+    adds up B n d_model numbers. Sizes: B = 4, n = m = 2048, h = 32, d_model = 4096.
+
+    >>> import mha_lessons as M
+    >>> M.exercises.check_split_head_counts((4 * 32 * 2048 * 2048, 4 * 2048 * 4096))
+    Right: B h n m = 536,870,912 partial scores; B n d_model = 33,554,432 outputs.
+    """
+    B, n, m, h, d_model = (SPLIT_QUESTION[k] for k in ("B", "n", "m", "h", "d_model"))
+    d_k = d_model // h
+    scores, output = B * h * n * m, B * n * d_model
+    try:
+        pair = np.asarray(counts, dtype=float)
+    except (TypeError, ValueError):
+        return Verdict(False, f"give two numbers, (partial_scores, output_numbers); got {counts!r}.")
+    if counts is None or pair.shape != (2,):
+        return compare(counts, [scores, output], what="counts")
+    if np.allclose(pair, [output, scores], rtol=1e-9):
+        return Verdict(False, "the two counts are swapped: partial scores first, then the output.")
+    bytes_ = "this counts bytes; count the numbers (elements)."
+    score_mistakes = [
+        (h * n * m, "the batch is missing: each of the B sequences has its own scores."),
+        (B * n * m, "that is one head's scores; every head is split, so multiply by h."),
+        (n * m, "that is one head of one sequence; multiply by B and h."),
+        (B * h * n * d_k, "that counts the features of q (B h n d_k); the partial sums are the scores, "
+                          "one per query-key pair: B h n m."),
+        (scores * 4, bytes_),
+        (scores * 8, bytes_),
+    ]
+    verdict = compare(pair[0], scores, score_mistakes, what="your count of partial scores", rtol=1e-9)
+    if not verdict:
+        return verdict
+    output_mistakes = [
+        (n * d_model, "the output count misses the batch: it is B n d_model."),
+        (B * n * d_k, "the all-reduce adds full rows of d_model numbers, not d_k: B n d_model."),
+        (B * h * n * d_model, "the all-reduce adds the workers' terms once, not once per head: B n d_model."),
+        (output * 4, bytes_),
+        (output * 8, bytes_),
+    ]
+    return compare(pair[1], output, output_mistakes, what="your output count", rtol=1e-9,
+                   right=f"B h n m = {scores:,} partial scores; B n d_model = {output:,} outputs.")

@@ -126,3 +126,49 @@ def check_both_right(my_both_right):
     return compare(answer, expected, mistakes, what="your accuracy",
                    right=f"your accuracy matches, on {batch} sequences of {n} tokens.")
 
+
+
+def check_head_weights(head_weights):
+    """Check ``head_weights(weights, segment)``: ``(p, q)``, each (h, k), at the k distinct query positions.
+
+    ``weights`` is (h, n, n), rows are queries. ``p[l, j]`` is head l's weight on the previous token and
+    ``q[l, j]`` its weight on the first token of the segment, at the j-th position of
+    ``distinct_queries``. Called on random causal weights, h = 2, n = 10, segments of 4.
+
+    >>> import numpy as np, mha_lessons as M
+    >>> def head_weights(weights, segment):
+    ...     previous, first = M.training.relation_positions(weights.shape[-1], segment)
+    ...     queries = np.flatnonzero(M.training.distinct_queries(weights.shape[-1], segment))
+    ...     return weights[:, queries, previous[queries]], weights[:, queries, first[queries]]
+    >>> M.exercises.check_head_weights(head_weights)
+    Right: p and q of both heads, at the 6 positions where the relations differ.
+    """
+    h, n, segment = 2, 10, 4
+    scores = np.random.default_rng(10).normal(scale=2.0, size=(h, n, n))  # (h, n, n)
+    weights = softmax(np.where(causal_mask(n), scores, -np.inf))  # causal, rows sum to 1
+    answer, failure = call_learner(head_weights, weights.copy(), segment, name="head_weights")
+    if failure is not None:  # a Verdict is false when it reports a mistake
+        return failure
+    previous, first = relation_positions(n, segment)  # (n,) each
+    queries = np.flatnonzero(distinct_queries(n, segment))  # (k,)
+    every = np.arange(n)
+
+    def pair(rows, prev, fst):  # (2, h, len(rows))
+        return np.stack([weights[:, rows, prev], weights[:, rows, fst]])
+
+    expected = pair(queries, previous[queries], first[queries])  # (2, h, k)
+    keys_rows = np.stack([weights[:, previous[queries], queries], weights[:, first[queries], queries]])
+    mistakes = [
+        (expected[::-1], "p and q are swapped: p is the weight on the previous token, q on the first one."),
+        (expected[:, ::-1], "the heads are swapped: row l of p and q belongs to head l."),
+        (expected.transpose(0, 2, 1), "each array is (k, h); make it (h, k), one row per head."),
+        (keys_rows, "query and key are swapped: weights[head, query, key], rows are the queries."),
+        (pair(queries, queries, first[queries]), "p is the weight of each query on itself; the previous "
+                                                 "token is at i - 1."),
+        (pair(every, previous, first), "this keeps every position; keep only the distinct_queries, where "
+                                       "the relations differ."),
+        (pair(every[1:], previous[1:], first[1:]), "this keeps every position after the first; keep only "
+                                                   "the distinct_queries, where the relations differ."),
+    ]
+    return compare(answer, expected, mistakes, what="your (p, q)",
+                   right=f"p and q of both heads, at the {len(queries)} positions where the relations differ.")
