@@ -33,21 +33,7 @@ from mha_lessons.training import (
     train,
 )
 
-# Both sides of a torch comparison evaluate the same formulas in float64 and differ by round-off only
-# (about 1e-16 per operation, a few dozen operations); rtol = 1e-10 is far above that and far below any
-# real mistake (a gradient that forgets one of the paths through x_qk is off by a factor of order 1).
-RTOL = 1e-10
-ATOL_REL = 1e-12  # for entries that cancel to ~0: round-off relative to the array's largest entry
-# Central differences with eps = 1e-6: error ≈ 1e-10 relative (chapter 5); rtol 1e-7 leaves a margin of 1000.
-FD_RTOL = 1e-7
-FD_ATOL_REL = 1e-8
-
-
-def close(ours, ref, rtol=RTOL, atol_rel=ATOL_REL, scale=None):
-    """assert_allclose with an absolute slack of atol_rel times `scale` (default: the largest entry of ref)."""
-    ref = np.asarray(ref)
-    scale = np.abs(ref).max() if scale is None else scale
-    np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol_rel * scale)
+from tolerances import FD_ATOL_REL, FD_RTOL, RTOL, close  # noqa: E402
 
 
 def largest(arrays):

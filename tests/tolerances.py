@@ -1,0 +1,22 @@
+"""Tolerances for comparing gradients, shared by test_grads.py and test_training.py."""
+
+import numpy as np
+
+# Against torch autograd: both sides evaluate the same exact formulas in float64, so they differ only by
+# round-off, about 1e-16 per operation over a few dozen operations. rtol = 1e-10 leaves a wide margin and
+# still catches any real mistake (the smallest one we know, a missing 1/√d_k with d_k = 4, is a factor 2).
+RTOL = 1e-10
+# Entries that cancel to (almost) 0 in exact arithmetic — the key bias's gradient is exactly 0 — keep only
+# round-off, which is relative to the size of the gradient as a whole, not of the entry.
+ATOL_REL = 1e-12
+# Against central differences with eps = 1e-6: round-off of about ε_mach |L| / eps ≈ 1e-10 |L| plus truncation
+# eps² |L'''| / 6 ≈ 1e-12 |L'''|; rtol = 1e-7 leaves a margin of 100 to 1000 above that.
+FD_RTOL = 1e-7
+FD_ATOL_REL = 1e-8
+
+
+def close(ours, ref, scale=None, rtol=RTOL, atol_rel=ATOL_REL):
+    """assert_allclose with an absolute slack at round-off level relative to `scale` (default: max |ref|)."""
+    ref = np.asarray(ref)
+    scale = np.abs(ref).max() if scale is None else scale
+    np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol_rel * scale)
