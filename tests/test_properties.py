@@ -46,6 +46,8 @@ COUNTS = {
     "mha_backward": 30,
     "softmax_jacobian": 40,
     "entropy": 40,
+    "blockwise": 120,
+    "gqa": 100,
 }
 
 
@@ -460,6 +462,41 @@ def test_entropy_against_torch():
         ref = torch.distributions.Categorical(probs=p).entropy()
         # a one-hot row has entropy 0, computed as a sum of round-off: slack relative to log m, the largest entropy
         close(entropy(p.numpy()), ref.numpy(), label, scale=max(1.0, math.log(m)))
+
+
+# ---------------------------------------------------------------- blockwise.py and inference.py
+
+def test_blockwise_against_torch():
+    for label, rng in sweep("blockwise"):
+        batch = random_batch(rng, max_dims=2)
+        n, m, d_k, d_v = (int(s) for s in rng.integers(1, 12, size=4))
+        q, k, v = rng.normal(size=batch + (n, d_k)), rng.normal(size=batch + (m, d_k)), rng.normal(size=batch + (m, d_v))
+        mask = random_mask(rng, batch, n, m)
+        block_size = int(rng.integers(1, m + 3))  # dividing m or not, and larger than m
+        query_block = None if rng.random() < 0.5 else int(rng.integers(1, n + 2))
+        out = M.blockwise.blockwise_attention(q, k, v, mask, block_size=block_size, query_block=query_block)
+        mb = None if mask is None else np.broadcast_to(mask, batch + (n, m))
+        ref_out, _ = torch_attention(q, k, v, mb)
+        close(out, ref_out.numpy(), f"{label} (block {block_size}, query block {query_block})")
+
+
+def test_grouped_query_attention_against_torch():
+    for label, rng in sweep("gqa"):
+        batch = random_batch(rng, max_dims=2)
+        h_kv = int(rng.integers(1, 4))
+        h = h_kv * int(rng.integers(1, 4))  # h_kv divides h
+        n, m, d_k, d_v = (int(s) for s in rng.integers(1, 7, size=4))
+        q = rng.normal(size=batch + (h, n, d_k))
+        k, v = rng.normal(size=batch + (h_kv, m, d_k)), rng.normal(size=batch + (h_kv, m, d_v))
+        mask = None if rng.random() < 0.3 else rng.random(batch + (1 if rng.random() < 0.5 else h, n, m)) < 0.7
+        if mask is not None and rng.random() < 0.5:
+            mask[..., 0, :] = False  # a query that may attend to nothing: zeros in both
+        out, _ = M.inference.grouped_query_attention(q, k, v, mask)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
+            attn_mask=None if mask is None else torch.from_numpy(mask), enable_gqa=True,
+        )
+        close(out, ref.numpy(), f"{label} (h = {h}, h_kv = {h_kv})")
 
 
 def test_the_sweeps_add_up_to_a_thousand_cases():
