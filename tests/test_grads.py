@@ -1,7 +1,5 @@
 """Backward passes, checked three independent ways in float64: torch autograd, finite differences, closed forms."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -10,16 +8,7 @@ import mha_lessons as M
 from mha_lessons.grads import (combine_heads_backward, gradcheck, grads_from_torch, mha_backward, sdpa_backward,
                                softmax_backward, split_heads_backward)
 
-from tolerances import ATOL_REL, FD_ATOL_REL, FD_RTOL, RTOL, close  # noqa: E402
-
-
-def random_params(rng, d_model, num_heads, bias=True):
-    """Random weights *and random biases*: torch starts biases at 0, which hides a wrong bias gradient."""
-    def draw(*shape):
-        return rng.normal(scale=1 / math.sqrt(d_model), size=shape)
-
-    return M.MHAParams(num_heads, *(draw(d_model, d_model) for _ in range(4)),
-                       *(draw(d_model) if bias else None for _ in range(4)))
+from common import ATOL_REL, FD_ATOL_REL, FD_RTOL, RTOL, close, random_params
 
 
 def with_param(params, name, value):

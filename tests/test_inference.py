@@ -14,21 +14,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import mha_lessons as M
+from common import random_params
 from mha_lessons.inference import (KVCache, decode_flops, decode_step, gqa_param_count, grouped_query_attention,
                                    kv_cache_bytes)
 
 # float64 results of O(1) built from sums of a few dozen products: agreement to ~1e-14 is what round-off
 # allows; 1e-12 leaves a margin of a hundred and still fails on any wrong formula.
 TOL = dict(rtol=1e-12, atol=1e-12)
-
-
-def random_params(d_model, h, rng, bias=True):
-    """Parameters with non-zero biases (init_params starts them at zero, which would hide a missing bias)."""
-    p = M.init_params(d_model, h, bias=bias, seed=int(rng.integers(1 << 30)))
-    if bias:
-        for name in ("b_q", "b_k", "b_v", "b_o"):
-            setattr(p, name, rng.normal(size=d_model))
-    return p
 
 
 # ---------------------------------------------------------------- the cache
@@ -38,7 +30,7 @@ def random_params(d_model, h, rng, bias=True):
 @pytest.mark.parametrize("bias", [True, False])
 def test_decoding_token_by_token_equals_recomputing_the_causal_layer_at_every_step(rng, batch, h, bias):
     T, d_model = 7, 8
-    params = random_params(d_model, h, rng, bias)
+    params = random_params(rng, d_model, h, bias)
     x = rng.normal(size=batch + (T, d_model))
     cache = None
     for t in range(1, T + 1):
@@ -51,7 +43,7 @@ def test_decoding_token_by_token_equals_recomputing_the_causal_layer_at_every_st
 
 def test_decoding_equals_torchs_causal_layer(rng):
     B, T, d_model, h = 2, 9, 12, 3
-    params = random_params(d_model, h, rng)
+    params = random_params(rng, d_model, h)
     x = rng.normal(size=(B, T, d_model))
     outputs, cache = [], None
     for t in range(1, T + 1):  # the t-th token, at position t - 1
@@ -67,7 +59,7 @@ def test_decoding_equals_torchs_causal_layer(rng):
 
 def test_the_cache_holds_the_projected_keys_and_values(rng):
     B, T, d_model, h = 2, 5, 8, 2
-    params = random_params(d_model, h, rng)
+    params = random_params(rng, d_model, h)
     x = rng.normal(size=(B, T, d_model))
     cache = None
     for t in range(1, T + 1):
@@ -81,7 +73,7 @@ def test_the_cache_holds_the_projected_keys_and_values(rng):
 @pytest.mark.parametrize("prompt", [1, 3, 6])
 def test_a_prompt_in_one_call_then_one_token_at_a_time_equals_the_full_layer(rng, prompt):
     B, T, d_model, h = 2, 8, 8, 4
-    params = random_params(d_model, h, rng)
+    params = random_params(rng, d_model, h)
     x = rng.normal(size=(B, T, d_model))
     y_prompt, cache = decode_step(x[:, :prompt], params)  # the prefill: s = prompt tokens at once
     outputs = [y_prompt]
@@ -94,7 +86,7 @@ def test_a_prompt_in_one_call_then_one_token_at_a_time_equals_the_full_layer(rng
 
 def test_a_block_of_new_tokens_after_a_cache_is_causal_within_the_block(rng):
     B, d_model, h = 1, 8, 2
-    params = random_params(d_model, h, rng)
+    params = random_params(rng, d_model, h)
     x = rng.normal(size=(B, 7, d_model))
     _, cache = decode_step(x[:, :3], params)
     y_block, _ = decode_step(x[:, 3:], params, cache)  # 4 new tokens after 3 cached ones
@@ -179,7 +171,7 @@ def test_param_count_equals_a_torch_layer_with_narrow_key_and_value_projections(
 
 def test_cache_bytes_equal_the_nbytes_of_the_caches_a_decoder_stack_fills(rng):
     B, T, d_model, h, layers = 3, 6, 8, 2, 3
-    params = [random_params(d_model, h, rng) for _ in range(layers)]
+    params = [random_params(rng, d_model, h) for _ in range(layers)]
     for p in params:  # float32, to check that the dtype's size is used
         for name, a in p.arrays().items():
             setattr(p, name, a.astype(np.float32))

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import mha_lessons as M
+from common import random_params
 
 SEED = 20261124
 EPS = np.finfo(np.float64).eps
@@ -45,13 +46,6 @@ def random_mask(rng, batch, n, m):
     if rng.random() < 0.5:
         mask[..., rng.integers(0, n), :] = False
     return mask
-
-
-def random_params(rng, d_model, num_heads):
-    def draw(*shape):
-        return rng.normal(scale=1 / math.sqrt(d_model), size=shape)
-
-    return M.MHAParams(num_heads, *(draw(d_model, d_model) for _ in range(4)), *(draw(d_model) for _ in range(4)))
 
 
 def random_layer(rng, max_d_model=16):

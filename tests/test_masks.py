@@ -7,7 +7,6 @@ like this course. The torch masks in the layer tests are built with torch from t
 itself but not with torch fails.
 """
 
-import math
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import mha_lessons as M
+from common import random_params
 from mha_lessons.masks import (
     combine_masks,
     from_torch_masks,
@@ -26,14 +26,6 @@ from mha_lessons.masks import (
 # float64 outputs of size O(1) after two d_model-long products and a softmax: rounding errors are a
 # few units of 2.2e-16 per term; 1e-12 is a hundred times that bound and far below any real bug.
 ATOL = 1e-12
-
-
-def random_params(rng, d_model, num_heads):
-    """Random weights *and biases* (torch starts biases at 0, which would hide a dropped bias)."""
-    def draw(*shape):
-        return rng.normal(scale=1 / math.sqrt(d_model), size=shape)
-
-    return M.MHAParams(num_heads, *(draw(d_model, d_model) for _ in range(4)), *(draw(d_model) for _ in range(4)))
 
 
 def torch_layer(params, x, **masks):

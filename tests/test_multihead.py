@@ -7,18 +7,9 @@ import pytest
 import torch
 
 import mha_lessons as M
+from common import random_params
 
 RTOL = 1e-10
-
-
-def random_params(rng, d_model, num_heads, bias=True):
-    """Parameters with random weights *and random biases*: torch starts biases at 0, which hides a dropped bias."""
-    def draw(*shape):
-        return rng.normal(scale=1 / math.sqrt(d_model), size=shape)
-
-    weights = [draw(d_model, d_model) for _ in range(4)]
-    biases = [draw(d_model) if bias else None for _ in range(4)]
-    return M.MHAParams(num_heads, *weights, *biases)
 
 
 def torch_mha(params, x_q, x_k, x_v, blocked=None):

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import mha_lessons as M
+from common import random_params
 from mha_lessons.parallel import (
     ParamShard, allreduce_bytes, partial_output, ring_allreduce, ring_schedule, shard_params,
     simulate_head_parallel, worker_heads, worker_matmul_flops,
@@ -27,13 +28,6 @@ from mha_lessons.parallel import (
 
 ROOT = Path(__file__).resolve().parent.parent
 EPS = np.finfo(np.float64).eps
-
-
-def random_params(rng, d_model, num_heads, bias=True):
-    """Random weights and random biases: zero biases would hide a b_O added on every worker."""
-    draw = lambda *shape: rng.normal(scale=1 / math.sqrt(d_model), size=shape)  # noqa: E731
-    return M.MHAParams(num_heads, *(draw(d_model, d_model) for _ in range(4)),
-                       *((draw(d_model) if bias else None) for _ in range(4)))
 
 
 def heads_by_hand(x_q, x_k, x_v, params, mask):

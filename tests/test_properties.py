@@ -118,18 +118,24 @@ def random_params(rng, d_model, num_heads):
 
 
 def torch_attention(q, k, v, mask):
-    """softmax(q kᵀ / √d_k) v written out in torch; a fully masked row gets weights 0 (the documented contract)."""
-    q, k, v = (torch.from_numpy(np.array(a)) for a in (q, k, v))
+    """softmax(q kᵀ / √d_k) v written out in torch, on tensors (batch axes broadcast by torch, gradients kept).
+
+    A fully masked row gets weights 0 (the documented contract) instead of NaN.
+    """
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        allowed = torch.from_numpy(np.array(mask))
-        scores = scores.masked_fill(~allowed, -math.inf)
-        some = allowed.any(dim=-1, keepdim=True)
-        scores = torch.where(some, scores, torch.zeros((), dtype=scores.dtype))  # no NaN from an empty row
-        weights = torch.softmax(scores, dim=-1) * some
-    else:
+    if mask is None:
         weights = torch.softmax(scores, dim=-1)
+    else:
+        allowed = torch.from_numpy(np.array(mask))
+        some = allowed.any(dim=-1, keepdim=True)
+        scores = torch.where(some, scores.masked_fill(~allowed, -math.inf), torch.zeros((), dtype=scores.dtype))
+        weights = torch.softmax(scores, dim=-1) * some
     return weights @ v, weights
+
+
+def torch_attention_np(q, k, v, mask):
+    """torch_attention on numpy arrays."""
+    return torch_attention(*(torch.from_numpy(np.array(a)) for a in (q, k, v)), mask)
 
 
 # ---------------------------------------------------------------- attention.py
@@ -186,7 +192,7 @@ def test_sdpa_against_torch():
         weights = np.broadcast_to(weights, full + (n, m))
         qb, kb, vb = (np.broadcast_to(a, full + a.shape[-2:]) for a in (q, k, v))
         mb = None if mask is None else np.broadcast_to(mask, full + (n, m))
-        ref_out, ref_w = torch_attention(qb, kb, vb, mb)
+        ref_out, ref_w = torch_attention_np(qb, kb, vb, mb)
         close(weights, ref_w.numpy(), label)
         close(out, ref_out.numpy(), label)
         # and torch's own fused function, which also gives an empty row zero output
@@ -379,23 +385,10 @@ def test_sdpa_backward_against_autograd():
         mask = random_mask(rng, full, n, m)
         d_out = rng.normal(size=full + (n, d_v))
         tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
-        out, _ = torch_attention_autograd(tq, tk, tv, mask)
+        out, _ = torch_attention(tq, tk, tv, mask)
         out.backward(torch.from_numpy(d_out))
         for ours, ref in zip(sdpa_backward(q, k, v, d_out, mask), (tq.grad, tk.grad, tv.grad)):
             close(ours, ref.numpy(), label)
-
-
-def torch_attention_autograd(q, k, v, mask):
-    """As torch_attention, on tensors that carry gradients (batch axes broadcast by torch itself)."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if mask is None:
-        weights = torch.softmax(scores, dim=-1)
-    else:
-        allowed = torch.from_numpy(np.array(mask))
-        some = allowed.any(dim=-1, keepdim=True)
-        scores = torch.where(some, scores.masked_fill(~allowed, -math.inf), torch.zeros((), dtype=scores.dtype))
-        weights = torch.softmax(scores, dim=-1) * some
-    return weights @ v, weights
 
 
 def test_mha_backward_against_autograd():
@@ -476,7 +469,7 @@ def test_blockwise_against_torch():
         query_block = None if rng.random() < 0.5 else int(rng.integers(1, n + 2))
         out = M.blockwise.blockwise_attention(q, k, v, mask, block_size=block_size, query_block=query_block)
         mb = None if mask is None else np.broadcast_to(mask, batch + (n, m))
-        ref_out, _ = torch_attention(q, k, v, mb)
+        ref_out, _ = torch_attention_np(q, k, v, mb)
         close(out, ref_out.numpy(), f"{label} (block {block_size}, query block {query_block})")
 
 

@@ -33,7 +33,7 @@ from mha_lessons.training import (
     train,
 )
 
-from tolerances import FD_ATOL_REL, FD_RTOL, RTOL, close  # noqa: E402
+from common import FD_ATOL_REL, FD_RTOL, RTOL, close
 
 
 def largest(arrays):

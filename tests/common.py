@@ -1,6 +1,21 @@
-"""Tolerances for comparing gradients, shared by test_grads.py and test_training.py."""
+"""What several test files share: random layer parameters, and the tolerances for comparing gradients."""
+
+import math
 
 import numpy as np
+
+import mha_lessons as M
+
+
+def random_params(rng, d_model, num_heads, bias=True):
+    """Random weights *and random biases*: torch and init_params start biases at 0, which hides a dropped bias."""
+    def draw(*shape):
+        return rng.normal(scale=1 / math.sqrt(d_model), size=shape)
+
+    weights = [draw(d_model, d_model) for _ in range(4)]
+    biases = [draw(d_model) if bias else None for _ in range(4)]
+    return M.MHAParams(num_heads, *weights, *biases)
+
 
 # Against torch autograd: both sides evaluate the same exact formulas in float64, so they differ only by
 # round-off, about 1e-16 per operation over a few dozen operations. rtol = 1e-10 leaves a wide margin and
