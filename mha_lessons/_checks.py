@@ -44,13 +44,25 @@ def broadcast_batch(shapes_by_name):
         raise ValueError(f"batch dimensions do not broadcast: {listed}") from None
 
 
+def require_positive_int(value, name):
+    """Raise ValueError unless ``value`` is an int (not a bool) of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+
+
+def require_softmax_axis(x, axis):
+    """Raise ValueError unless ``x`` has a non-empty ``axis`` (what every softmax needs)."""
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for x of shape {x.shape}")
+    if x.shape[axis] == 0:
+        raise ValueError(f"x of shape {x.shape} has no entries along axis {axis}; the softmax needs at least one")
+
+
 def check_num_heads(d_model, num_heads):
-    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)):
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
-    if num_heads < 1:
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads}")
-    if isinstance(d_model, bool) or not isinstance(d_model, (int, np.integer)) or d_model < 1:
-        raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
+    require_positive_int(num_heads, "num_heads")
+    require_positive_int(d_model, "d_model")
     if d_model % num_heads:
         raise ValueError(
             f"d_model = {d_model} is not divisible by num_heads = {num_heads}: "

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_attention_inputs
+from ._checks import as_float_array, check_attention_inputs, require_positive_int, require_softmax_axis
 
 
 def softmax(x, axis=-1):
@@ -51,10 +51,7 @@ def softmax(x, axis=-1):
     array([1., 0.])
     """
     x = as_float_array(x, "x")
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis {axis} is out of range for x of shape {x.shape}")
-    if x.shape[axis] == 0:
-        raise ValueError(f"x of shape {x.shape} has no entries along axis {axis}; the softmax needs at least one")
+    require_softmax_axis(x, axis)
     return _softmax_inplace(x.copy(), axis)
 
 
@@ -112,8 +109,7 @@ def padding_mask(lengths, m):
     <BLANKLINE>
            [[1, 1, 1]]])
     """
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise ValueError(f"m must be a positive integer, got {m!r}")
+    require_positive_int(m, "m")
     lengths = np.asarray(lengths)
     if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
         raise ValueError(f"lengths must be a 1-D sequence of integers, got {lengths!r}")

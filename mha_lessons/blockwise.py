@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_attention_inputs
+from ._checks import as_float_array, check_attention_inputs, require_softmax_axis
 
 
 def _check_block(value, name):
@@ -109,10 +109,7 @@ def online_softmax(x, block_size=128, axis=-1):
     array([0.09  , 0.2447, 0.6652])
     """
     x = as_float_array(x, "x")
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis {axis} is out of range for x of shape {x.shape}")
-    if x.shape[axis] == 0:
-        raise ValueError(f"x of shape {x.shape} has no entries along axis {axis}; the softmax needs at least one")
+    require_softmax_axis(x, axis)
     rows = np.moveaxis(x, axis, -1)  # (..., m): the softmax axis last (a view)
     for _, m, l in online_softmax_steps(rows, block_size):
         pass  # the state after the last block

@@ -6,7 +6,7 @@ tests check them against PyTorch (``torch.nn.MultiheadAttention.parameters()``).
 
 import numpy as np
 
-from ._checks import check_num_heads
+from ._checks import check_num_heads, require_positive_int
 
 
 def param_count(d_model, num_heads, bias=True):
@@ -35,8 +35,7 @@ def _sizes(n, d_model, num_heads, m, batch):
     check_num_heads(d_model, num_heads)
     m = n if m is None else m
     for name, value in (("n", n), ("m", m), ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        require_positive_int(value, name)
     return m
 
 

@@ -171,16 +171,16 @@ def combine_heads_backward(d_x, num_heads):
 def _project_backward(x, w, dy, has_bias):
     """Backward of ``y = x @ w (+ b)``: return dx, dw, db (db is None without a bias).
 
-    x (..., n, d_model) may have fewer or stretched batch dimensions than
-    dy (..., n, d_model); w and b are shared by every row of every batch
-    element, so their gradients sum over all of them.
+    x (..., n, d_in) may have fewer or stretched batch dimensions than
+    dy (..., n, d_out); w (d_in, d_out) and b are shared by every row of every
+    batch element, so their gradients sum over all of them.
     """
-    d_model = w.shape[0]
-    dx = _sum_to_shape(dy @ w.T, x.shape)  # eq-ch5-proj: dX = dY Wᵀ, (..., n, d_model)
-    x_rows = np.broadcast_to(x, dy.shape).reshape(-1, d_model)  # (..., n, d_model) -> (N, d_model), N = all rows
-    dy_rows = dy.reshape(-1, d_model)  # (..., n, d_model) -> (N, d_model)
-    dw = x_rows.T @ dy_rows  # eq-ch5-proj: dW = Σ_rows Xᵀ dY, (d_model, N) @ (N, d_model) -> (d_model, d_model)
-    db = dy_rows.sum(axis=0) if has_bias else None  # eq-ch5-proj: db = Σ_rows dY, (d_model,)
+    d_in, d_out = w.shape
+    dx = _sum_to_shape(dy @ w.T, x.shape)  # eq-ch5-proj: dX = dY Wᵀ, (..., n, d_in)
+    x_rows = np.broadcast_to(x, dy.shape[:-1] + (d_in,)).reshape(-1, d_in)  # (..., n, d_in) -> (N, d_in), N = all rows
+    dy_rows = dy.reshape(-1, d_out)  # (..., n, d_out) -> (N, d_out)
+    dw = x_rows.T @ dy_rows  # eq-ch5-proj: dW = Σ_rows Xᵀ dY, (d_in, N) @ (N, d_out) -> (d_in, d_out)
+    db = dy_rows.sum(axis=0) if has_bias else None  # eq-ch5-proj: db = Σ_rows dY, (d_out,)
     return dx, dw, db
 
 

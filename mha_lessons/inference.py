@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_float_array, broadcast_batch, check_mask, check_num_heads, require_ndim
+from ._checks import as_float_array, broadcast_batch, check_mask, check_num_heads, require_ndim, require_positive_int
 from .attention import scaled_dot_product_attention
 from .complexity import param_count
 from .multihead import _check_layer_inputs, _project, combine_heads, split_heads
@@ -32,8 +32,7 @@ from .multihead import _check_layer_inputs, _project, combine_heads, split_heads
 
 def _positive_ints(**values):
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        require_positive_int(value, name)
 
 
 def check_kv_heads(num_heads, num_kv_heads):

@@ -24,6 +24,7 @@ converters take and return numpy arrays; ``np.asarray`` accepts CPU tensors and
 
 import numpy as np
 
+from ._checks import require_positive_int
 from .attention import padding_mask
 
 
@@ -167,8 +168,7 @@ def to_torch_attn_mask(mask, num_heads):
     (8, 3, 5)
     """
     mask = _as_bool(mask, "mask")
-    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    require_positive_int(num_heads, "num_heads")
     if mask.ndim == 2:
         return ~mask
     if mask.ndim != 3:

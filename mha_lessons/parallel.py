@@ -36,14 +36,9 @@ from typing import Optional
 
 import numpy as np
 
-from ._checks import check_layer_arrays
+from ._checks import check_layer_arrays, require_positive_int
 from .attention import scaled_dot_product_attention
 from .multihead import MHAParams, _project, combine_heads, init_params, multihead_attention, split_heads
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def worker_heads(num_heads, num_workers, rank):
@@ -58,8 +53,8 @@ def worker_heads(num_heads, num_workers, rank):
     ...
     ValueError: num_workers = p = 4 does not divide num_heads = h = 6: each worker must hold a whole number of heads (h / p = 1.5); choose p among the divisors of h: [1, 2, 3, 6]
     """
-    _positive_int(num_heads, "num_heads")
-    _positive_int(num_workers, "num_workers")
+    require_positive_int(num_heads, "num_heads")
+    require_positive_int(num_workers, "num_workers")
     if num_heads % num_workers:
         divisors = [d for d in range(1, num_heads + 1) if num_heads % d == 0]
         raise ValueError(
@@ -291,7 +286,7 @@ def ring_schedule(num_workers):
            [1, 0, 2, 1],
            [2, 1, 0, 2]])
     """
-    _positive_int(num_workers, "num_workers")
+    require_positive_int(num_workers, "num_workers")
     p = num_workers
     r = np.arange(p)[:, None]  # (p, 1) ranks
     reduce_scatter = (r - np.arange(p - 1)[None, :]) % p  # (p, p - 1)
@@ -325,7 +320,7 @@ def ring_allreduce(arrays):
     (array([11., 12., 13., 14., 15., 16.]), array([8, 8, 8]))
     """
     p = len(arrays)
-    _positive_int(p, "the number of arrays")
+    require_positive_int(p, "the number of arrays")
     shape = np.shape(arrays[0])
     if any(np.shape(a) != shape for a in arrays):
         raise ValueError(f"every worker's array needs the same shape, got {[np.shape(a) for a in arrays]}")
@@ -373,9 +368,9 @@ def allreduce_bytes(num_elements, num_workers, itemsize=8):
     >>> allreduce_bytes(1000, 1000, 1)      # many workers: nearly twice the tensor
     1998.0
     """
-    _positive_int(num_elements, "num_elements")
-    _positive_int(num_workers, "num_workers")
-    _positive_int(itemsize, "itemsize")
+    require_positive_int(num_elements, "num_elements")
+    require_positive_int(num_workers, "num_workers")
+    require_positive_int(itemsize, "itemsize")
     return 2 * (num_workers - 1) * num_elements * itemsize / num_workers
 
 
@@ -393,7 +388,7 @@ def worker_matmul_flops(n, d_model, num_heads, num_workers, m=None, *, batch=1):
     """
     heads = worker_heads(num_heads, num_workers, 0)
     for name, value in (("n", n), ("batch", batch)) + ((("m", m),) if m is not None else ()):
-        _positive_int(value, name)
+        require_positive_int(value, name)
     m = n if m is None else m
     B, d, h_r = batch, d_model, len(heads)
     d_k = d // num_heads
@@ -427,7 +422,7 @@ def demo_problem(batch=2, n=5, m=7, d_model=16, num_heads=4, *, dtype="float64",
     ((2, 5, 16), (2, 7, 16), 4, (2, 5, 7))
     """
     for name, value in (("batch", batch), ("n", n), ("m", m)):
-        _positive_int(value, name)
+        require_positive_int(value, name)
     rng = np.random.default_rng(seed)
     params = init_params(d_model, num_heads, seed=seed, dtype=dtype)
     for name in ("b_q", "b_k", "b_v", "b_o"):

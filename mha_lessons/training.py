@@ -45,8 +45,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .attention import causal_mask
-from .grads import _sum_to_shape, mha_backward
-from .multihead import MHAParams, init_params, multihead_attention
+from .grads import _project_backward, _sum_to_shape, mha_backward
+from .multihead import MHAParams, _project, init_params, multihead_attention
 
 RELATIONS = ("previous", "first")  # relation r is row r of relation_positions and slot r of the targets
 IGNORE = -1  # a target (or a key position) that does not exist
@@ -318,7 +318,7 @@ def forward(model, tokens):
     tokens = _check_tokens(model, tokens)
     x_qk, x_v = attention_inputs(model, tokens)
     y, weights = multihead_attention(x_qk, x_qk, x_v, model.attn, causal_mask(model.n))  # y (B, n, d_model)
-    logits = y @ model.w_out + model.b_out  # (B, n, d_model) @ (d_model, R V) -> (B, n, R V)
+    logits = _project(y, model.w_out, model.b_out)  # (B, n, d_model) @ (d_model, R V) -> (B, n, R V)
     return logits.reshape(*tokens.shape, len(RELATIONS), model.vocab), weights  # (B, n, R V) -> (B, n, R, V)
 
 
@@ -392,13 +392,11 @@ def loss_and_grads(model, tokens, targets):
     # forward
     x_qk, x_v = attention_inputs(model, tokens)
     y, _ = multihead_attention(x_qk, x_qk, x_v, model.attn, mask)  # (B, n, d_model)
-    logits = y @ model.w_out + model.b_out  # (B, n, R V)
+    logits = _project(y, model.w_out, model.b_out)  # (B, n, R V)
     loss, d_logits = cross_entropy(logits.reshape(targets.shape + (model.vocab,)), targets)  # (B, n, R, V)
     # backward of the read-out, logits = y W_out + b_out (eq-ch5-proj)
     d_logits = d_logits.reshape(logits.shape)  # (B, n, R, V) -> (B, n, R V)
-    d_w_out = y.reshape(-1, y.shape[-1]).T @ d_logits.reshape(-1, logits.shape[-1])  # (d_model, B n) @ (B n, R V)
-    d_b_out = d_logits.sum(axis=(0, 1))  # (R V,)
-    d_y = d_logits @ model.w_out.T  # (B, n, R V) @ (R V, d_model) -> (B, n, d_model)
+    d_y, d_w_out, d_b_out = _project_backward(y, model.w_out, d_logits, True)  # d_y (B, n, d_model)
     # backward of the attention layer: chapter 5's mha_backward
     dx_q, dx_k, dx_v, d_attn = mha_backward(x_qk, x_qk, x_v, model.attn, d_y, mask)
     # backward of the embeddings; x_qk was used twice, as queries and as keys (eq-ch5-three-paths)

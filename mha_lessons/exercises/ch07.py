@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
+from ..attention import causal_mask, scaled_dot_product_attention
 from ..blockwise import blockwise_attention
 from ._verdict import Verdict, call_learner, compare
 
@@ -214,7 +214,7 @@ def check_causal_blocks(blocks_needed):
         return Verdict(False, "blocks_needed should return a number.")
     expected, every, below, floor_tiles = [], [], [], []
     for n, b in CAUSAL_CASES:
-        allowed = np.tril(np.ones((n, n), dtype=bool))  # (n, n), j <= i
+        allowed = causal_mask(n)  # (n, n), j <= i
         tiles = range(0, n, b)
         expected.append(sum(allowed[i:i + b, j:j + b].any() for i in tiles for j in tiles))
         t, whole = math.ceil(n / b), n // b
