@@ -10,7 +10,7 @@ One head, n = m = 16384 queries and keys, d_k = d_v = 64, float32. The plain ver
   taking turns so that a change of the machine's load affects them alike),
 
 checks that every block-wise output equals the plain one to float32 round-off, asserts that every
-block-wise peak is at most 5 % of the plain version's, and writes ``benchmarks/results/blockwise.csv``
+block-wise peak is at most 5 % of the plain version's, and writes ``mha_lessons/results/blockwise.csv``
 and ``blockwise.md`` (with the machine and its load average, which shows whether other work shared
 the CPU: the times depend on it, the memory does not). Chapter 7 reads the Markdown file.
 
@@ -40,9 +40,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mha_lessons as M  # noqa: E402
-from _machine import describe  # noqa: E402
+from _machine import QUICK_RESULTS, RESULTS, describe  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 MEMORY_TARGET = 0.05  # block-wise peak / plain peak, at most
 
 
@@ -125,7 +124,7 @@ def main():
     args = parser.parse_args()
     global RESULTS
     if args.quick:  # a check of the script, not results: keep the stored ones untouched
-        RESULTS = RESULTS / "quick"
+        RESULTS = QUICK_RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
     ns = [256, 512, 1024, 2048] if args.quick else [1024, 2048, 4096, 8192, 16384]
     n, d = ns[-1], 64

@@ -1,6 +1,6 @@
 """Time multi-head attention: our numpy layer against torch's CPU layer, and what each speed-up bought.
 
-Three measurements, each the median of repeats, written to benchmarks/results/:
+Three measurements, each the median of repeats, written to mha_lessons/results/:
 
 1. ``mha_vs_n.csv``: time against the sequence length n (d_model = 512, h = 8, batch 1, float32)
    for numpy and torch, with numpy's peak memory (tracemalloc) beside the formula's prediction;
@@ -27,9 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mha_lessons as M  # noqa: E402
-from _machine import describe  # noqa: E402
+from _machine import QUICK_RESULTS, RESULTS, describe  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # ---------------------------------------------------------------- four versions of the attention core
@@ -211,7 +210,7 @@ def main():
     args = parser.parse_args()
     global RESULTS
     if args.quick:  # a check of the script, not results: keep the stored ones untouched
-        RESULTS = RESULTS / "quick"
+        RESULTS = QUICK_RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     ns = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 2048, 4096]

@@ -2,7 +2,7 @@
 
 A slider move calls ``draw_multihead`` and then the notebook's inline backend renders the figure to a PNG;
 both are timed here, with the Agg backend, for a sequence of slider positions. Target: under 100 ms.
-Writes benchmarks/results/widgets.md.
+Writes mha_lessons/results/widgets.md.
 
 Usage: python benchmarks/bench_widgets.py [--repeats N]
 """
@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mha_lessons as M  # noqa: E402
-from _machine import describe  # noqa: E402
+from _machine import RESULTS, describe  # noqa: E402
 
 TARGET_MS = 100.0
 MOVES = [(1, 64), (2, 64), (4, 64), (8, 64), (16, 64), (8, 128), (8, 256), (8, 512), (16, 512), (7, 512)]
@@ -60,7 +60,7 @@ def main():
         "",
         f"Slowest median: {worst:.1f} ms; target {TARGET_MS:.0f} ms: {'met' if worst < TARGET_MS else 'NOT met'}.",
     ]
-    out = Path(__file__).resolve().parent / "results" / "widgets.md"
+    out = RESULTS / "widgets.md"
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
     return 0 if worst < TARGET_MS else 1

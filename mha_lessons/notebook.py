@@ -4,6 +4,8 @@
 can quote it (``{glue:text}`name:.3f``` in a Markdown cell): no number in the
 text is typed by hand. It writes the same output as ``myst_nb.glue`` but needs
 only IPython, so the notebooks also run in Colab, where myst-nb is absent.
+Floats are stored to ``GLUE_DIGITS`` significant digits (``portable``), so that
+the stored output is the same on any CPU and BLAS library.
 """
 
 import inspect
@@ -20,14 +22,38 @@ def glue(name, value, display=True):
     from IPython.core.formatters import format_display_data
     from IPython.display import display as ipy_display
 
-    if isinstance(value, float):
-        # 12 significant digits: enough for any text, and stable against last-bit differences
-        # between machines' math libraries, which nbval would otherwise report as a changed output.
-        value = float(f"{value:.12g}")
+    value = portable(value)
     bundle, metadata = format_display_data(value)
     prefix = "" if display else "application/papermill.record/"
     metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
     ipy_display({prefix + mime: data for mime, data in bundle.items()}, raw=True, metadata=metadata)
+
+
+# Significant digits a glued float keeps. Another CPU or BLAS library rounds long sums differently, in the
+# last few of a double's 16 digits; 6 digits are far above that, and above what any page prints (at most 5:
+# tests/test_notebooks_hygiene.py checks every {glue:text} format against this number).
+GLUE_DIGITS = 6
+
+
+def portable(value, digits=GLUE_DIGITS):
+    """``value`` with a float rounded to ``digits`` significant digits; anything else as it is.
+
+    A stored notebook output must come out the same on the reader's machine, whose CPU and
+    BLAS library round in other places than ours: the last digits of a long computation are
+    not part of the result.
+
+    Examples
+    --------
+    >>> portable(0.933120326467), portable(0.933120326458)     # two machines, one stored value
+    (0.93312, 0.93312)
+    >>> portable(7), portable("text")
+    (7, 'text')
+    """
+    import numbers
+
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return float(f"{float(value):.{digits}g}")
+    return value
 
 
 def show_source(obj):
@@ -68,26 +94,23 @@ def format_table(matrix, row_labels=None, col_labels=None, fmt="{:.3f}"):
     return "\n".join(lines)
 
 
-# The course's repository: the chapters' Colab cell installs from it, and stored benchmark results
-# are read from it when a chapter runs outside a clone (as in Colab). tests/test_book.py checks that
-# it equals repository.url in _config.yml.
-REPOSITORY = "https://github.com/mha-lessons/mha-lessons"
-
-
 def read_result(name):
-    """The text of a stored benchmark result, ``benchmarks/results/<name>``.
+    """The text of a stored benchmark result, ``mha_lessons/results/<name>``.
 
-    Read from the clone the notebook runs in when there is one (searching upwards
-    from the working directory), otherwise downloaded from the repository.
+    ``make bench`` writes these tables; they ship inside the package, so that a chapter
+    shows them wherever it runs (a clone, or Colab with the package installed from a wheel)
+    without reading the repository or the network.
+
+    Examples
+    --------
+    >>> read_result("mha_vs_n.csv").splitlines()[0].startswith("n,")
+    True
     """
-    from pathlib import Path
+    from importlib.resources import files
 
-    for folder in [Path.cwd(), *Path.cwd().parents]:
-        path = folder / "benchmarks" / "results" / name
-        if path.is_file():
-            return path.read_text()
-    from urllib.request import urlopen
-
-    owner_repo = REPOSITORY.removeprefix("https://github.com/")
-    with urlopen(f"https://raw.githubusercontent.com/{owner_repo}/main/benchmarks/results/{name}") as response:
-        return response.read().decode()
+    results = files("mha_lessons") / "results"
+    path = results / name
+    if not path.is_file():
+        known = sorted(p.name for p in results.iterdir() if p.is_file())
+        raise ValueError(f"no stored benchmark result named {name!r}; there are {known}")
+    return path.read_text()

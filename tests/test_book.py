@@ -82,11 +82,6 @@ def test_glued_names_used_in_prose_are_defined(path):
     assert used <= defined, f"{path.name}: glued in the text but never computed: {sorted(used - defined)}"
 
 
-def test_package_knows_the_repository_of_the_config():
-    from mha_lessons.notebook import REPOSITORY
-
-    assert REPOSITORY == repository_url()
-
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_chapter_opens_with_a_run_this_chapter_box_naming_its_own_file(path):
