@@ -1,8 +1,10 @@
 # The course's commands. Each creates .venv and installs requirements.txt first if needed.
 #   make book     build the website into _build/html (warnings are errors)
-#   make test     the strict book build, then unit tests, doctests and nbval on every notebook
+#   make test     the strict book build; unit tests, doctests, nbval on every notebook and the Colab
+#                 wheel test; then `make portability`
+#   make portability  nbval and doctests again under settings that round like other CPUs and BLAS
 #   make execute  re-run every notebook in place after changing the code, storing the new outputs
-#   make bench    run the benchmarks under benchmarks/, writing tables to benchmarks/results/
+#   make bench    run the benchmarks under benchmarks/, writing tables to mha_lessons/results/
 
 PYTHON ?= python3
 VENV := .venv
@@ -10,7 +12,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: venv book test execute bench clean
+.PHONY: venv book test portability execute bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +30,10 @@ book: $(STAMP)
 test: book
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests mha_lessons $(NOTEBOOKS)
+	$(BIN)/python scripts/portability.py
+
+portability: $(STAMP)
+	$(BIN)/python scripts/portability.py
 
 execute: $(STAMP)
 	$(BIN)/python scripts/execute_notebooks.py
