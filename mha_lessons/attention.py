@@ -162,7 +162,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     mask : array_like of bool, broadcastable to (..., n, m), optional
         True where query i may attend to key j. A query whose row is all False
         attends to nothing: its weights are all 0 and its output is the zero
-        vector (a plain softmax, and torch.nn.MultiheadAttention, give NaN).
+        vector (a plain softmax gives NaN, and so does torch.nn.MultiheadAttention
+        with its default need_weights=True).
 
     Returns
     -------
