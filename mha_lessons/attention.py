@@ -71,8 +71,24 @@ def _softmax_inplace(x, axis=-1):
     return x
 
 
-def causal_mask(n, m=None):
-    """Boolean ``(n, m)`` mask that lets query i see keys 0..i (True on and below the diagonal).
+def causal_mask(n, m=None, *, align="top-left"):
+    """Boolean ``(n, m)`` causal mask: query i may see the keys at or before its own position.
+
+    With n = m the queries and keys are the same positions and query i sees keys
+    0..i (True on and below the diagonal). With n != m the queries must be placed
+    among the keys, and two placements are in use:
+
+    ``align="top-left"`` (the default)
+        Query i stands at position i and sees keys 0..i, whatever m is: the
+        queries are the first n positions. This is PyTorch's ``is_causal=True``
+        and ``blockwise_attention(..., causal=True)``.
+    ``align="bottom-right"``
+        Query i stands at position m - n + i and sees keys 0..m - n + i: the
+        queries are the last n positions, so the last query sees every key.
+        This is the mask for n new tokens against a cache that ends with them
+        (``inference.decode_step``), and PyTorch's
+        ``torch.nn.attention.bias.causal_lower_right``. When n > m the first
+        n - m queries see nothing (their rows are all False).
 
     Parameters
     ----------
@@ -80,6 +96,11 @@ def causal_mask(n, m=None):
         Number of queries.
     m : int, optional
         Number of keys; defaults to ``n``.
+    align : {"top-left", "bottom-right"}
+        Where the queries sit among the keys; the two agree when n = m.
+
+    Raises ValueError for sizes that are not positive integers and for any
+    other ``align``.
 
     Examples
     --------
@@ -87,12 +108,24 @@ def causal_mask(n, m=None):
     array([[1, 0, 0],
            [1, 1, 0],
            [1, 1, 1]])
+    >>> causal_mask(2, 4).astype(int)                        # query i sees keys 0..i
+    array([[1, 0, 0, 0],
+           [1, 1, 0, 0]])
+    >>> causal_mask(2, 4, align="bottom-right").astype(int)  # query i sees keys 0..2 + i
+    array([[1, 1, 1, 0],
+           [1, 1, 1, 1]])
     """
     m = n if m is None else m
     for name, value in (("n", n), ("m", m)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"causal_mask needs positive integer sizes, got {name} = {value!r}")
-    return np.tril(np.ones((n, m), dtype=bool))
+    if align == "top-left":
+        offset = 0  # query i stands at position i
+    elif align == "bottom-right":
+        offset = m - n  # query i stands at position m - n + i
+    else:
+        raise ValueError(f'causal_mask\'s align must be "top-left" or "bottom-right", got {align!r}')
+    return np.tril(np.ones((n, m), dtype=bool), k=offset)  # True where j <= i + offset
 
 
 def padding_mask(lengths, m):
@@ -129,7 +162,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     mask : array_like of bool, broadcastable to (..., n, m), optional
         True where query i may attend to key j. A query whose row is all False
         attends to nothing: its weights are all 0 and its output is the zero
-        vector (a plain softmax, and torch.nn.MultiheadAttention, give NaN).
+        vector (a plain softmax gives NaN, and so does torch.nn.MultiheadAttention
+        with its default need_weights=True).
 
     Returns
     -------

@@ -1,6 +1,7 @@
 """Softmax, scaled dot-product attention and masks, checked against torch in float64."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -62,6 +63,40 @@ def test_causal_mask_is_torch_mask_negated(n, m):
     ).numpy()
     out, _ = M.scaled_dot_product_attention(q, k, v, M.causal_mask(n, m))
     np.testing.assert_allclose(out, expected, rtol=RTOL, atol=1e-14)
+
+
+@pytest.mark.parametrize("n, m", [(1, 1), (4, 4), (3, 5), (1, 6), (5, 3), (6, 2)])
+def test_causal_mask_bottom_right_is_torch_causal_lower_right(n, m):
+    from torch.nn.attention.bias import causal_lower_right
+
+    # torch's lower-right causal bias, from its definition: query i may attend to key j iff j <= i + m - n
+    allowed = ~torch.ones(n, m, dtype=torch.bool).triu(diagonal=m - n + 1).numpy()
+    bottom_right = M.causal_mask(n, m, align="bottom-right")
+    np.testing.assert_array_equal(bottom_right, allowed)
+    # and the same outputs as torch's SDPA given causal_lower_right as its mask
+    rng = np.random.default_rng(n * 10 + m)
+    q, k, v = rng.normal(size=(n, 4)), rng.normal(size=(m, 4)), rng.normal(size=(m, 3))
+    with warnings.catch_warnings():  # torch warns that rows with no key (n > m) may be NaN; they are not compared
+        warnings.simplefilter("ignore", UserWarning)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            *(torch.from_numpy(a) for a in (q, k, v)), attn_mask=causal_lower_right(n, m)
+        ).numpy()
+    out, weights = M.scaled_dot_product_attention(q, k, v, bottom_right)
+    seeing = max(n - m, 0)  # the first n - m queries stand before key 0 and see nothing
+    np.testing.assert_allclose(out[seeing:], expected[seeing:], rtol=RTOL, atol=1e-14)
+    np.testing.assert_array_equal(out[:seeing], 0.0)
+    # the last query stands at the last key's position and sees every key
+    assert bottom_right[-1].all()
+
+
+@pytest.mark.parametrize("n, m", [(1, 1), (4, 4), (3, 5), (5, 3)])
+def test_causal_mask_default_is_top_left_and_the_alignments_agree_when_n_equals_m(n, m):
+    top_left = M.causal_mask(n, m, align="top-left")
+    np.testing.assert_array_equal(M.causal_mask(n, m), top_left)
+    # top-left: the first query stands at the first key's position and sees key 0 only
+    assert top_left[0, 0] and not top_left[0, 1:].any()
+    same = np.array_equal(top_left, M.causal_mask(n, m, align="bottom-right"))
+    assert same == (n == m)
 
 
 def test_padding_mask_element_by_element():
@@ -167,3 +202,6 @@ def test_causal_mask_bad_sizes():
         M.causal_mask(0)
     with pytest.raises(ValueError, match=r"m = -2"):
         M.causal_mask(3, -2)
+    for align in ("lower-right", "bottom_right", None, True):
+        with pytest.raises(ValueError, match=r'align must be "top-left" or "bottom-right", got ' + repr(align)):
+            M.causal_mask(3, 5, align=align)

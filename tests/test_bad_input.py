@@ -76,6 +76,10 @@ BAD = {
         lambda: M.causal_mask(3, True),
         r"causal_mask needs positive integer sizes, got m = True",
     ),
+    "causal_mask unknown align": (
+        lambda: M.causal_mask(2, 4, align="upper-left"),
+        r'causal_mask\'s align must be "top-left" or "bottom-right", got \'upper-left\'',
+    ),
     "padding_mask 2-D lengths": (lambda: M.padding_mask([[1, 2]], 3), r"lengths must be a 1-D sequence of integers"),
     "padding_mask float lengths": (lambda: M.padding_mask([1.5], 3), r"lengths must be a 1-D sequence of integers"),
     "padding_mask too long": (

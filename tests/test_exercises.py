@@ -627,3 +627,59 @@ def test_causal_gradient_rows():
     }
     for words, wrong in cases.items():
         assert_named(check(wrong), words)
+
+
+# ---------------------------------------------------------------- chapter 6 (its other exercises: test_masks.py)
+
+def _chunk_by_loops(x_new, x_all, params, visible):
+    """Exercise 5 the way a learner writes it: the mask from a rule visible(i, j, s, t), then the layer."""
+    s, t = len(x_new), len(x_all)
+    mask = np.array([[visible(i, j, s, t) for j in range(t)] for i in range(s)])  # (s, t)
+    y, _ = M.multihead_attention(x_new, x_all, x_all, params, mask=mask)
+    return y
+
+
+def _chunk_by_decode_step(x_new, x_all, params):
+    """An independent right answer: chapter 8's cache, filled with the earlier tokens, then the new ones in one call."""
+    _, cache = M.inference.decode_step(x_all[:len(x_all) - len(x_new)], params)
+    y, _ = M.inference.decode_step(x_new, params, cache)
+    return y
+
+
+def test_chunk_outputs_right_answers_pass():
+    check = M.exercises.check_chunk_outputs
+    assert check(lambda x_new, x_all, params: _chunk_by_loops(x_new, x_all, params,
+                                                              lambda i, j, s, t: j <= t - s + i)).ok
+    assert check(_chunk_by_decode_step).ok
+    assert check(lambda x_new, x_all, params: M.multihead_attention(
+        x_new, x_all, x_all, params, mask=M.causal_mask(len(x_new), len(x_all), align="bottom-right"))[0]).ok
+
+
+def test_chunk_outputs_typical_mistakes_are_named():
+    check = M.exercises.check_chunk_outputs
+    top_left = "top-left causal mask used for new queries against a cache"
+    cases = [
+        # the package's causal_mask with its default alignment, as a learner would first try it
+        (lambda x_new, x_all, params: M.multihead_attention(
+            x_new, x_all, x_all, params, mask=M.causal_mask(len(x_new), len(x_all)))[0], top_left),
+        # the same mistake written by hand: query i sees keys 0 .. i
+        (lambda x_new, x_all, params: _chunk_by_loops(x_new, x_all, params, lambda i, j, s, t: j <= i), top_left),
+        (lambda x_new, x_all, params: M.multihead_attention(x_new, x_all, x_all, params)[0], "no mask"),
+        (lambda x_new, x_all, params: M.multihead_attention(
+            x_new, x_new, x_new, params, mask=M.causal_mask(len(x_new)))[0], "the cached tokens are missing"),
+        (lambda x_new, x_all, params: _chunk_by_loops(x_new, x_all, params, lambda i, j, s, t: j < t - s + i),
+         "must also see itself"),
+        (lambda x_new, x_all, params: M.multihead_attention(
+            x_all, x_all, x_all, params, mask=M.causal_mask(len(x_all)))[0], "outputs of all t tokens"),
+        (lambda x_new, x_all, params: M.multihead_attention(
+            x_new, x_all, x_all, params, mask=M.causal_mask(len(x_new), len(x_all), align="bottom-right")),
+         "return only the outputs"),
+        (lambda x_new, x_all, params: None, "is None"),
+    ]
+    for wrong, words in cases:
+        assert_named(check(wrong), words)
+
+    def unwritten(x_new, x_all, params):
+        raise NotImplementedError
+
+    assert_named(check(unwritten), "is not written yet")

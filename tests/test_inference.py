@@ -94,6 +94,21 @@ def test_a_block_of_new_tokens_after_a_cache_is_causal_within_the_block(rng):
     np.testing.assert_allclose(y_block, full[:, 3:], **TOL)
 
 
+
+def test_a_block_of_new_tokens_is_bottom_right_aligned_and_top_left_is_wrong(rng):
+    # new token i of s, after t - s cached ones, stands at position t - s + i: causal_mask(s, t, align="bottom-right")
+    d_model, h, s_new, t = 8, 2, 3, 7
+    params = random_params(rng, d_model, h)
+    x = rng.normal(size=(t, d_model))
+    _, cache = decode_step(x[:t - s_new], params)
+    y_block, _ = decode_step(x[t - s_new:], params, cache)
+    full, _ = M.multihead_attention(x, x, x, params, M.causal_mask(t))
+    chunk = {align: M.multihead_attention(x[t - s_new:], x, x, params, M.causal_mask(s_new, t, align=align))[0]
+             for align in ("top-left", "bottom-right")}
+    np.testing.assert_allclose(chunk["bottom-right"], full[t - s_new:], **TOL)
+    np.testing.assert_allclose(y_block, chunk["bottom-right"], **TOL)
+    assert not np.allclose(chunk["top-left"], full[t - s_new:], rtol=0, atol=1e-3)
+
 # ---------------------------------------------------------------- grouped-query attention against torch
 
 def torch_gqa(q, k, v, mask=None):

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import mha_lessons as M
-from common import random_params
+from common import close, random_params
 from mha_lessons.masks import (
     combine_masks,
     from_torch_masks,
@@ -125,7 +125,8 @@ def test_from_torch_masks_gives_torchs_output(rng, h):
 
 
 def test_fully_masked_row_torch_mha_gives_nan_ours_gives_output_bias(rng):
-    # the chapter's claim: a query that may see nothing is NaN in torch's layer, b_o (zero weights) in ours
+    # a query that may see nothing is NaN in torch's layer with need_weights=True (torch_layer's), b_o (zero
+    # weights) in ours; the other paths are in the next test
     params = random_params(rng, 8, 2)
     x = rng.normal(size=(2, 4, 8))
     lengths = [4, 2]
@@ -138,6 +139,44 @@ def test_fully_masked_row_torch_mha_gives_nan_ours_gives_output_bias(rng):
     np.testing.assert_array_equal(w_ours[1, :, 2:], 0.0)
     np.testing.assert_allclose(ours[1, 2:], np.broadcast_to(params.b_o, (2, 8)), rtol=0, atol=0)
 
+
+
+def test_fully_masked_row_torch_mha_depends_on_the_path(rng):
+    # The chapter's finer claim (torch 2.13, CPU): torch's layer gives NaN for a query that may see nothing when it
+    # computes the weights (need_weights=True, the default) and on its fast path (eval mode, no autograd, query, key
+    # and value one tensor); with need_weights=False elsewhere it gives what ours gives (b_o), with finite gradients.
+    d_model, h, lengths, n = 8, 2, [4, 2], 4
+    params = random_params(rng, d_model, h)
+    x = rng.normal(size=(len(lengths), n, d_model))
+    # torch's mask from its definition: True = blocked unless both the query and the key are real tokens
+    real_t = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]  # (B, n)
+    blocked = ~(real_t[:, :, None] & real_t[:, None, :])  # (B, n, m): padded rows all blocked
+    blocked = blocked.repeat_interleave(h, dim=0)  # (B, n, m) -> (B * h, n, m), page b * h + head
+    ours, _ = M.multihead_attention(x, x, x, params, mask=~blocked[::h].numpy())
+    real = real_rows(lengths, n)
+    module = M.params_to_torch(params)  # eval mode
+    t = torch.from_numpy(x)
+    with torch.no_grad():
+        default, _ = module(t, t, t, attn_mask=blocked)
+        fast, _ = module(t, t, t, attn_mask=blocked, need_weights=False)
+        general, _ = module(t, t.clone(), t.clone(), attn_mask=blocked, need_weights=False)
+    assert torch.isnan(default[~torch.from_numpy(real)]).all()
+    assert torch.isnan(fast[~torch.from_numpy(real)]).all()
+    np.testing.assert_allclose(general.numpy(), ours, rtol=0, atol=ATOL)  # b_o at the padded rows
+    np.testing.assert_allclose(ours[~real], np.broadcast_to(params.b_o, ours[~real].shape), rtol=0, atol=0)
+
+    # with autograd on, the layer leaves its fast path: need_weights decides alone
+    d_y = 2 * ours * real[..., None]  # d loss / d y for loss = sum of y² over the real positions
+    _, _, _, grads = M.grads.mha_backward(x, x, x, params, d_y, mask=~blocked[::h].numpy())
+    for need_weights in (True, False):
+        module.zero_grad()
+        y, _ = module(t, t, t, attn_mask=blocked, need_weights=need_weights)
+        y[torch.from_numpy(real)].pow(2).sum().backward()
+        d_w_q = module.in_proj_weight.grad[:d_model].T.numpy()  # torch's (out, in) -> our x @ w layout
+        if need_weights:
+            assert np.isnan(d_w_q).all()
+        else:
+            close(d_w_q, grads.w_q)
 
 # ---------------------------------------------------------------- torch.nn.functional: True = may attend, like ours
 

@@ -62,7 +62,7 @@ def check_batch_mask(build_mask):
         (causal & query_pad, "the rows of the padded queries are all False: the padding masks the queries. Mask "
                              "only the padded keys (columns), with a (B, 1, m) mask that broadcasts over the "
                              "queries; padded query rows are ignored afterwards (torch.nn.MultiheadAttention "
-                             "would give NaN for an all-False row)."),
+                             "gives NaN for an all-False row with its default need_weights=True)."),
         (off_by_one & causal, "off by one: sequence b's real tokens are positions 0 .. lengths[b] - 1, "
                               "so key j is real when j < lengths[b]."),
     ]
@@ -208,6 +208,65 @@ def check_changed_positions(changed_positions):
                                           "the mask pad as well."))
         verdict = compare(answer, expected, mistakes, what=what,
                           right="the filler changes only padded positions while every layer masks it.")
+        if not verdict:
+            return verdict
+    return verdict
+
+
+def check_chunk_outputs(chunk_outputs):
+    """Check ``chunk_outputs(x_new, x_all, params)``: causal self-attention of s new tokens against a cache.
+
+    ``x_all``, shape (t, d_model), holds every token so far, the s new ones last; ``x_new`` is its last s
+    rows. The answer, shape (s, d_model), must equal the last s rows of the causal layer ``params`` run on
+    the whole of ``x_all``. Checked for s = 3 new tokens after 4 earlier ones and for s = 1 after 5.
+
+    >>> import mha_lessons as M
+    >>> def chunk_outputs(x_new, x_all, params):
+    ...     mask = M.causal_mask(len(x_new), len(x_all), align="bottom-right")   # (s, t)
+    ...     return M.multihead_attention(x_new, x_all, x_all, params, mask=mask)[0]
+    >>> M.exercises.check_chunk_outputs(chunk_outputs)
+    Right: new token i stands at position t - s + i and sees keys 0 .. t - s + i.
+    """
+    from ..multihead import init_params, multihead_attention
+
+    d_model, h = 8, 2
+    rng = np.random.default_rng(65)
+    params = init_params(d_model, h, seed=65)
+    for name in ("b_q", "b_k", "b_v", "b_o"):  # non-zero biases, so that no term can go missing unseen
+        setattr(params, name, rng.normal(scale=0.5, size=d_model))
+    verdict = None
+    for s, t in ((3, 7), (1, 6)):
+        x_all = rng.normal(size=(t, d_model))  # (t, d_model): t - s earlier tokens, then s new ones
+        x_new = x_all[t - s:]  # (s, d_model)
+        answer, failure = call_learner(chunk_outputs, x_new.copy(), x_all.copy(), params, name="chunk_outputs")
+        if failure is not None:  # a Verdict is false when it reports a mistake
+            return failure
+        what = f"your output for s = {s} new tokens after {t - s} earlier ones"
+        if isinstance(answer, tuple) and len(answer) == 2:
+            return Verdict(False, f"{what} is a pair: multihead_attention returns (outputs, weights); "
+                                  f"return only the outputs.")
+        whole, _ = multihead_attention(x_all, x_all, x_all, params, mask=causal_mask(t))  # (t, d_model)
+        expected = whole[t - s:]  # (s, d_model): the rows of the new tokens
+
+        def chunk(mask, keys=x_all):
+            return multihead_attention(x_new, keys, keys, params, mask=mask)[0]  # (s, d_model)
+
+        before_itself = np.arange(t) < t - s + np.arange(s)[:, None]  # (s, t): key j < t - s + i
+        mistakes = [
+            (chunk(causal_mask(s, t)),
+             "top-left causal mask used for new queries against a cache: causal_mask(s, t) lets new token i "
+             "see keys 0 .. i, as if it stood at position i. It stands at position t - s + i, so it may see "
+             "keys 0 .. t - s + i: the bottom-right mask, causal_mask(s, t, align=\"bottom-right\")."),
+            (chunk(None), "no mask: each new token also sees the new tokens after it. New token i may see keys "
+                          "0 .. t - s + i."),
+            (chunk(causal_mask(s), keys=x_new), "the cached tokens are missing: the new tokens attend only to "
+                                                "one another. Use the keys and values of x_all."),
+            (chunk(before_itself), "each new token must also see itself: key j is allowed when j <= t - s + i."),
+            (whole, "these are the outputs of all t tokens: return only those of the s new ones, computed from "
+                    "their queries alone."),
+        ]
+        verdict = compare(answer, expected, mistakes, what=what,
+                          right="new token i stands at position t - s + i and sees keys 0 .. t - s + i.")
         if not verdict:
             return verdict
     return verdict
