@@ -9,14 +9,40 @@ import numpy as np
 from ._checks import check_num_heads, require_positive_int
 
 
-def param_count(d_model, num_heads, bias=True):
+def param_count(d_model, num_heads, bias=True, *, d_k=None, d_v=None):
     """Number of learnable numbers in one multi-head attention layer.
 
-    Four ``(d_model, d_model)`` weight matrices (W_Q, W_K, W_V, W_O) and, with
-    ``bias``, four ``(d_model,)`` biases: ``4 d_model² + 4 d_model``. The number
-    of heads does not appear: it decides how the columns of W_Q, W_K and W_V
-    are grouped into heads, not how many there are. It is checked only for
-    validity (it must divide ``d_model``).
+    With ``h`` heads whose queries and keys are ``d_k`` wide and whose values
+    are ``d_v`` wide, the four weight matrices (used as ``x @ w``) are
+
+    - W_Q and W_K: ``(d_model, h d_k)`` each,
+    - W_V: ``(d_model, h d_v)``,
+    - W_O: ``(h d_v, d_model)``,
+
+    so the weights number ``2 d_model h d_k + 2 d_model h d_v``, and with
+    ``bias`` the four biases add ``2 h d_k + h d_v + d_model`` (b_Q, b_K, b_V, b_O).
+
+    By default ``d_k = d_v = d_model / h``, the choice of the original
+    Transformer, of ``torch.nn.MultiheadAttention`` and of ``init_params``.
+    Then ``h d_k = h d_v = d_model``, the four matrices are square and the count
+    is ``4 d_model² + 4 d_model``: the number of heads drops out of it (it only
+    decides how the columns of W_Q, W_K and W_V are grouped into heads, and must
+    divide ``d_model``). With head widths chosen independently of ``h``, the
+    count grows with ``h``.
+
+    Parameters
+    ----------
+    d_model, num_heads : int
+        Width of the tokens, number of heads ``h``.
+    bias : bool
+        Whether the layer has the four biases.
+    d_k, d_v : int, optional, keyword-only
+        Width of each head's queries and keys, and of its values. Each
+        defaults to ``d_model / num_heads``, which must then be a whole number.
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -24,10 +50,22 @@ def param_count(d_model, num_heads, bias=True):
     1050624
     >>> param_count(512, 8, bias=False) == 4 * 512 ** 2
     True
+    >>> param_count(512, 8, d_k=32, d_v=128)   # 2·512·8·32 + 2·512·8·128 + (2·8·32 + 8·128 + 512)
+    1312768
     """
-    check_num_heads(d_model, num_heads)
-    weights = 4 * d_model * d_model  # w_q, w_k, w_v, w_o
-    biases = 4 * d_model if bias else 0  # b_q, b_k, b_v, b_o
+    if d_k is None or d_v is None:
+        check_num_heads(d_model, num_heads)  # the default width d_model / h must be whole
+    else:
+        require_positive_int(num_heads, "num_heads")
+        require_positive_int(d_model, "d_model")
+    d_k = d_model // num_heads if d_k is None else d_k
+    d_v = d_model // num_heads if d_v is None else d_v
+    require_positive_int(d_k, "d_k")
+    require_positive_int(d_v, "d_v")
+    h = num_heads
+    # w_q, w_k: (d_model, h d_k) each; w_v: (d_model, h d_v); w_o: (h d_v, d_model)
+    weights = 2 * d_model * h * d_k + 2 * d_model * h * d_v
+    biases = (2 * h * d_k + h * d_v + d_model) if bias else 0  # b_q, b_k: h d_k each; b_v: h d_v; b_o: d_model
     return weights + biases
 
 

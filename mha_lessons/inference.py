@@ -270,8 +270,8 @@ def gqa_param_count(d_model, num_heads, num_kv_heads, bias=True):
     return param_count(d_model, num_heads, bias) - missing_columns * per_column
 
 
-def kv_cache_bytes(seq_len, num_layers, num_kv_heads, d_k, *, batch=1, dtype="float16"):
-    """Bytes of the key/value cache of a model: 2 · batch · layers · h_kv · seq_len · d_k numbers.
+def kv_cache_bytes(seq_len, num_layers, num_kv_heads, d_k, *, batch=1, dtype="float16", d_v=None):
+    """Bytes of the key/value cache of a model: batch · layers · h_kv · seq_len · (d_k + d_v) numbers.
 
     Parameters
     ----------
@@ -283,6 +283,9 @@ def kv_cache_bytes(seq_len, num_layers, num_kv_heads, d_k, *, batch=1, dtype="fl
         Sequences decoded together.
     dtype : numpy dtype or its name
         The type of the cached numbers (bfloat16, not a numpy type, has the size of float16).
+    d_v : int, optional
+        Width of a value head; defaults to ``d_k`` (values as wide as keys, as in
+        ``multihead_attention``), which makes the count ``2 · batch · layers · h_kv · seq_len · d_k``.
 
     Examples
     --------
@@ -290,9 +293,12 @@ def kv_cache_bytes(seq_len, num_layers, num_kv_heads, d_k, *, batch=1, dtype="fl
     8
     >>> kv_cache_bytes(4096, 32, 32, 128) / 2**30        # 32 layers, 32 heads of width 128, float16
     2.0
+    >>> kv_cache_bytes(1, 1, 1, 64, d_v=32, dtype="float32")   # a key of 64 numbers and a value of 32
+    384
     """
-    _positive_ints(seq_len=seq_len, num_layers=num_layers, num_kv_heads=num_kv_heads, d_k=d_k, batch=batch)
-    numbers = 2 * batch * num_layers * num_kv_heads * seq_len * d_k  # keys and values
+    d_v = d_k if d_v is None else d_v
+    _positive_ints(seq_len=seq_len, num_layers=num_layers, num_kv_heads=num_kv_heads, d_k=d_k, d_v=d_v, batch=batch)
+    numbers = batch * num_layers * num_kv_heads * seq_len * (d_k + d_v)  # keys and values
     return numbers * np.dtype(dtype).itemsize
 
 

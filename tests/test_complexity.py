@@ -24,6 +24,67 @@ def test_param_count_rejects_heads_that_do_not_divide():
         M.complexity.param_count(10, 4)
 
 
+# ---------------------------------------------------------------- head widths chosen apart from d_model / h
+
+def torch_layer_with_head_widths(d_model, h, d_k, d_v, bias):
+    """The four projections of a layer whose heads are d_k (queries, keys) and d_v (values) wide, in torch."""
+    return torch.nn.ModuleDict({
+        "q": torch.nn.Linear(d_model, h * d_k, bias=bias, dtype=torch.float64),
+        "k": torch.nn.Linear(d_model, h * d_k, bias=bias, dtype=torch.float64),
+        "v": torch.nn.Linear(d_model, h * d_v, bias=bias, dtype=torch.float64),
+        "o": torch.nn.Linear(h * d_v, d_model, bias=bias, dtype=torch.float64),
+    })
+
+
+@pytest.mark.parametrize("d_model, h, d_k, d_v", [(8, 2, 4, 4), (8, 2, 3, 5), (10, 4, 3, 7), (512, 8, 32, 128),
+                                                   (512, 16, 64, 64), (12, 1, 1, 30)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_param_count_with_any_head_widths_equals_a_torch_layer_of_those_shapes(d_model, h, d_k, d_v, bias):
+    layer = torch_layer_with_head_widths(d_model, h, d_k, d_v, bias)
+    # The shapes make a working layer: h heads of d_k-wide scores and d_v-wide values, back to d_model.
+    x = torch.randn(2, 5, d_model, dtype=torch.float64)
+    q, k, v = (layer[name](x).view(2, 5, h, -1).transpose(1, 2) for name in "qkv")  # (B, h, n, d_k or d_v)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (B, h, n, d_v)
+    assert layer["o"](o.transpose(1, 2).reshape(2, 5, h * d_v)).shape == x.shape
+    expected = sum(p.numel() for p in layer.parameters())
+    assert M.complexity.param_count(d_model, h, bias=bias, d_k=d_k, d_v=d_v) == expected
+
+
+def test_param_count_by_hand():
+    # d_model = 6, h = 3, d_k = 2, d_v = 5: W_Q, W_K are 6 x 6, W_V is 6 x 15, W_O is 15 x 6.
+    assert M.complexity.param_count(6, 3, d_k=2, d_v=5, bias=False) == 36 + 36 + 90 + 90
+    assert M.complexity.param_count(6, 3, d_k=2, d_v=5) == 36 + 36 + 90 + 90 + (6 + 6 + 15 + 6)
+
+
+@pytest.mark.parametrize("d_model, h", [(8, 1), (64, 8), (768, 12)])
+def test_default_head_widths_give_four_square_matrices(d_model, h):
+    d = d_model
+    assert M.complexity.param_count(d_model, h, d_k=d // h, d_v=d // h) == 4 * d * d + 4 * d
+    assert M.complexity.param_count(d_model, h, d_k=d // h) == M.complexity.param_count(d_model, h)
+
+
+def test_fixed_head_widths_make_the_count_grow_with_the_heads():
+    counts = [M.complexity.param_count(512, h, d_k=64, d_v=64, bias=False) for h in (1, 2, 4, 8)]
+    assert counts == [4 * 512 * 64 * h for h in (1, 2, 4, 8)]
+
+
+def test_explicit_widths_do_not_need_heads_that_divide_d_model():
+    assert M.complexity.param_count(10, 4, d_k=3, d_v=3, bias=False) == 4 * 10 * 12
+
+
+@pytest.mark.parametrize("widths, words", [
+    (dict(d_k=0), "d_k must be a positive integer, got 0"),
+    (dict(d_v=-2), "d_v must be a positive integer, got -2"),
+    (dict(d_k=2.5, d_v=4), "d_k must be a positive integer, got 2.5"),
+    (dict(d_k=4, d_v=True), "d_v must be a positive integer, got True"),
+    (dict(d_k=4), None),  # d_v defaults to d_model / h = 10 / 4: not whole
+])
+def test_bad_head_widths_raise_value_error(widths, words):
+    d_model = 10 if words is None else 8
+    with pytest.raises(ValueError, match=words or "d_model = 10 is not divisible by num_heads = 4"):
+        M.complexity.param_count(d_model, 4, **widths)
+
+
 # ---------------------------------------------------------------- FLOPs against torch's counter
 
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402

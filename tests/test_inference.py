@@ -210,6 +210,14 @@ def test_cache_bytes_of_a_grouped_cache(rng, h_kv):
     assert cache.nbytes == kv_cache_bytes(T, 1, h_kv, d_k, batch=B, dtype=np.float16)
 
 
+def test_cache_bytes_with_values_narrower_than_keys(rng):
+    B, T, h_kv, d_k, d_v = 2, 3, 2, 6, 4
+    cache = KVCache(rng.normal(size=(B, h_kv, T, d_k)).astype(np.float32),
+                    rng.normal(size=(B, h_kv, T, d_v)).astype(np.float32))
+    assert cache.nbytes == kv_cache_bytes(T, 1, h_kv, d_k, d_v=d_v, batch=B, dtype="float32")
+    assert kv_cache_bytes(T, 1, h_kv, d_k, d_v=d_k) == kv_cache_bytes(T, 1, h_kv, d_k)
+
+
 def test_fewer_kv_heads_shrink_the_cache_by_h_over_h_kv():
     full = kv_cache_bytes(4096, 80, 64, 128)
     assert [full // kv_cache_bytes(4096, 80, h_kv, 128) for h_kv in (64, 8, 1)] == [1, 8, 64]
@@ -311,6 +319,7 @@ def test_stages_add_up_to_the_total():
     (lambda: gqa_param_count(64, 8, 0), "num_kv_heads must be a positive integer, got 0"),
     (lambda: kv_cache_bytes(0, 1, 1, 1), "seq_len must be a positive integer, got 0"),
     (lambda: kv_cache_bytes(4, 2, True, 1), "num_kv_heads must be a positive integer, got True"),
+    (lambda: kv_cache_bytes(4, 2, 1, 8, d_v=0), "d_v must be a positive integer, got 0"),
     (lambda: decode_flops(0, 8, 2), "t must be a positive integer, got 0"),
     (lambda: decode_flops(3, 8, 4, 3), "h_kv = 3"),
     (lambda: KVCache(np.ones((2, 3, 4)), np.ones((2, 4, 4))), "k has shape (2, 3, 4), v has shape (2, 4, 4)"),
