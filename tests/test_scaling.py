@@ -14,6 +14,7 @@ import torch
 
 import mha_lessons as M
 from mha_lessons.scaling import (
+    alignment_saturation,
     attention_logits,
     dot_product_kurtosis,
     dot_product_moments,
@@ -215,6 +216,83 @@ def test_dividing_by_d_k_flattens_the_softmax():
     assert sat.max_weight[0] < 1.2 / m
 
 
+# ----------------------------------------------------------------------------- keys aligned with the query
+
+def test_each_key_has_the_moments_of_its_own_correlation():
+    """Column j of the scaled scores: mean √d_k ρ_j, variance 1 + ρ_j² (case (c), the closed form divided by d_k)."""
+    corrs = np.array([0.9, 0.5, 0.0, -0.6])
+    n_rows, d_k = 20000, 32
+    s = attention_logits(n_rows, len(corrs), d_k, rng=4, corr=corrs)  # (r, m), rows independent
+    for j, rho in enumerate(corrs):
+        mean, var = dot_product_moments(d_k, corr=float(rho))
+        mean, var = mean / math.sqrt(d_k), var / d_k  # divided by √d_k
+        col = s[:, j]
+        assert abs(col.mean() - mean) < Z * math.sqrt(var / n_rows)
+        kurtosis = np.mean((col - col.mean()) ** 4) / col.var() ** 2
+        assert abs(col.var(ddof=1) - var) < Z * variance_standard_error(var, kurtosis, n_rows)
+
+
+def test_zero_correlation_draws_the_same_numbers_as_before():
+    """corr = 0 must not change the stream: chapter 2's stored tables depend on it."""
+    rng = np.random.default_rng(11)
+    q, k = rng.standard_normal((3, 1, 16)), rng.standard_normal((3, 5, 16))
+    expected = np.einsum("rqa,rma->rm", q, k) / 4.0
+    np.testing.assert_array_equal(attention_logits(3, 5, 16, rng=11), expected)
+    np.testing.assert_array_equal(attention_logits(3, 5, 16, rng=11, corr=np.zeros(5)), expected)
+
+
+@pytest.mark.parametrize("rho", [1.0, -1.0])
+def test_keys_equal_to_plus_or_minus_the_query_give_a_uniform_row(rho):
+    """Every k_j = ρ q with |ρ| = 1: all scores of a row equal, weights exactly 1/m, entropy log m."""
+    m = 6
+    sat = alignment_saturation([8, 256], [rho] * m, 50)
+    np.testing.assert_allclose(sat.mean_weight, 1 / m, rtol=1e-12)
+    np.testing.assert_allclose(sat.entropy, math.log(m), rtol=1e-12)
+    np.testing.assert_allclose(sat.mean_weight_se, 0, atol=1e-14)
+
+
+def reduced_rows(n_rows, d_k, corrs, rng, divisor):
+    """The same rows from 1 + m numbers each, not 2 d_k: an independent Monte Carlo.
+
+    With R = |q|² (chi-squared, d_k degrees of freedom) and, given q, q·z_j ~ N(0, R) independent
+    across keys, the score of key j is exactly ρ_j R + √(1 - ρ_j²) √R N_j.
+    """
+    corrs = np.asarray(corrs)
+    big_r = rng.chisquare(d_k, size=(n_rows, 1))  # (r, 1)
+    noise = rng.standard_normal((n_rows, len(corrs)))  # (r, m)
+    return (corrs * big_r + np.sqrt(1 - corrs**2) * np.sqrt(big_r) * noise) / divisor
+
+
+@pytest.mark.parametrize("layout", ["one aligned", "all aligned", "mixed"])
+@pytest.mark.parametrize("d_k", [16, 256])
+def test_alignment_saturation_matches_an_independent_monte_carlo(layout, d_k, rng):
+    m, n_rows = 8, 3000
+    corrs = {"one aligned": [0.5] + [0.0] * (m - 1), "all aligned": [0.5] * m,
+             "mixed": [0.8, 0.3, 0.0, 0.0, -0.4, 0.3, 0.0, 0.1]}[layout]
+    sat = alignment_saturation([d_k], corrs, n_rows, seed=2)
+    p = M.softmax(reduced_rows(n_rows, d_k, corrs, rng, math.sqrt(d_k)), axis=-1)  # (r, m)
+    se_w = np.sqrt(sat.mean_weight_se[0] ** 2 + p.var(axis=0, ddof=1) / n_rows)  # (m,)
+    assert np.all(np.abs(sat.mean_weight[0] - p.mean(axis=0)) < Z * se_w + 1e-12)
+    h = entropy(p)
+    se_h = math.sqrt(sat.entropy_se[0] ** 2 + h.var(ddof=1) / n_rows)
+    assert abs(sat.entropy[0] - h.mean()) < Z * se_h
+
+
+def test_one_aligned_key_takes_over_and_a_shared_alignment_does_nothing():
+    m, rho, d_ks = 16, 0.5, [4, 16, 64, 256, 1024]
+    one = alignment_saturation(d_ks, [rho] + [0.0] * (m - 1), 400)
+    assert np.all(np.diff(one.mean_weight[:, 0]) > 0) and one.mean_weight[-1, 0] > 0.99
+    shared = alignment_saturation(d_ks, [rho] * m, 400)
+    # from d_k = 64 on |q|²/d_k ≈ 1 and the rows have the same distribution at every width
+    for i in (3, 4):
+        assert abs(shared.entropy[i] - shared.entropy[2]) < Z * math.hypot(shared.entropy_se[i], shared.entropy_se[2])
+    assert shared.entropy[-1] > 0.8 * math.log(m)
+    # dividing by d_k instead: the aligned key's lead tends to ρ, its weight to e^ρ / (e^ρ + m - 1)
+    by_d = alignment_saturation([4096], [rho] + [0.0] * (m - 1), 400, divisor="d_k")
+    limit = math.exp(rho) / (math.exp(rho) + m - 1)
+    assert abs(by_d.mean_weight[0, 0] - limit) < Z * by_d.mean_weight_se[0, 0] + 1e-3
+
+
 # ----------------------------------------------------------------------------- the softmax Jacobian
 
 def test_softmax_jacobian_matches_torch_autograd(rng):
@@ -310,6 +388,11 @@ def test_jacobian_keeps_float32():
         (lambda: entropy([0.5, -0.1]), "minimum of -0.1"),
         (lambda: attention_logits(2, 3, 4, divisor="cube"), r"one of \['d_k', 'none', 'sqrt'\], got 'cube'"),
         (lambda: softmax_saturation([4], 3, 2, divisor=2), r"got 2"),
+        (lambda: attention_logits(2, 3, 4, corr=[0.1, 0.2]), r"shape \(3,\), got shape \(2,\)"),
+        (lambda: attention_logits(2, 2, 4, corr=[0.1, 1.5]), r"\[-1, 1\], got \[0.1, 1.5\]"),
+        (lambda: alignment_saturation([4], 0.5, 10), r"1-D sequence, got shape \(\)"),
+        (lambda: alignment_saturation([4], [0.5, 0.0], 1), "n_rows must be an integer of at least 2, got 1"),
+        (lambda: alignment_saturation([4], [0.5, np.nan], 10), r"got \[0.5, nan\]"),
     ],
 )
 def test_bad_input_raises_a_value_error_naming_the_numbers(call, message):
