@@ -71,6 +71,25 @@ def check_num_heads(d_model, num_heads):
         )
 
 
+def head_widths(d_model, num_heads, d_k=None, d_v=None):
+    """``(d_k, d_v)``, each d_model / h unless given; h must divide d_model only for a width not given.
+
+    Examples
+    --------
+    >>> head_widths(512, 8), head_widths(1024, 128, d_k=128, d_v=128)
+    ((64, 64), (128, 128))
+    """
+    require_positive_int(d_model, "d_model")
+    require_positive_int(num_heads, "num_heads")
+    if d_k is None or d_v is None:
+        check_num_heads(d_model, num_heads)
+    d_k = d_model // num_heads if d_k is None else d_k
+    d_v = d_model // num_heads if d_v is None else d_v
+    require_positive_int(d_k, "d_k")
+    require_positive_int(d_v, "d_v")
+    return d_k, d_v
+
+
 def check_mask(mask, target_shape):
     """Return ``mask`` as a boolean array that broadcasts to ``target_shape``."""
     mask = np.asarray(mask)

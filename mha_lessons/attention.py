@@ -52,14 +52,23 @@ def softmax(x, axis=-1):
     """
     x = as_float_array(x, "x")
     require_softmax_axis(x, axis)
-    return _softmax_inplace(x.copy(), axis)
+    return softmax_inplace(x.copy(), axis)
 
 
-def _softmax_inplace(x, axis=-1):
+def softmax_inplace(x, axis=-1):
     """The softmax of ``x`` along ``axis``, written into ``x`` itself (a float array the caller owns).
 
-    Working in place saves the temporaries that ``exp(x - max) / sum`` would
-    allocate: for attention scores of shape (B, h, n, m) each one is large.
+    A speed-up of ``softmax``, named so: working in place saves the temporaries
+    that ``exp(x - max) / sum`` would allocate, and for attention scores of shape
+    (B, h, n, m) each of them is the size of all the scores (chapter 4 measures
+    what that costs). ``x`` is not checked; ``softmax`` checks and copies first.
+
+    Examples
+    --------
+    >>> scores = np.zeros((2, 3, 4))                # (B, n, m): every score equal
+    >>> weights = softmax_inplace(scores)
+    >>> weights is scores, weights[0, 0].tolist()   # the same buffer, now uniform rows
+    (True, [0.25, 0.25, 0.25, 0.25])
     """
     row_max = np.max(x, axis=axis, keepdims=True)
     row_max[np.isneginf(row_max)] = 0  # an all -inf slice: exp(-inf - 0) = 0 below
@@ -205,7 +214,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
             scores = np.broadcast_to(scores, full).copy()  # (..., n, m) -> the mask's batch axes too
         np.copyto(scores, -np.inf, where=~mask)
     # step 3: softmax over the keys, row by row (in place: the scores are not needed again)
-    weights = _softmax_inplace(scores, axis=-1)  # (..., n, m)
+    weights = softmax_inplace(scores, axis=-1)  # (..., n, m)
     # step 4: weighted sum of the values
     out = weights @ v  # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
     return out, weights

@@ -6,7 +6,7 @@ tests check them against PyTorch (``torch.nn.MultiheadAttention.parameters()``).
 
 import numpy as np
 
-from ._checks import check_num_heads, require_positive_int
+from ._checks import check_num_heads, head_widths, require_positive_int
 
 
 def param_count(d_model, num_heads, bias=True, *, d_k=None, d_v=None):
@@ -53,15 +53,7 @@ def param_count(d_model, num_heads, bias=True, *, d_k=None, d_v=None):
     >>> param_count(512, 8, d_k=32, d_v=128)   # 2·512·8·32 + 2·512·8·128 + (2·8·32 + 8·128 + 512)
     1312768
     """
-    if d_k is None or d_v is None:
-        check_num_heads(d_model, num_heads)  # the default width d_model / h must be whole
-    else:
-        require_positive_int(num_heads, "num_heads")
-        require_positive_int(d_model, "d_model")
-    d_k = d_model // num_heads if d_k is None else d_k
-    d_v = d_model // num_heads if d_v is None else d_v
-    require_positive_int(d_k, "d_k")
-    require_positive_int(d_v, "d_v")
+    d_k, d_v = head_widths(d_model, num_heads, d_k, d_v)  # d_model / h each unless given
     h = num_heads
     # w_q, w_k: (d_model, h d_k) each; w_v: (d_model, h d_v); w_o: (h d_v, d_model)
     weights = 2 * d_model * h * d_k + 2 * d_model * h * d_v
@@ -69,15 +61,16 @@ def param_count(d_model, num_heads, bias=True, *, d_k=None, d_v=None):
     return weights + biases
 
 
-def _sizes(n, d_model, num_heads, m, batch):
-    check_num_heads(d_model, num_heads)
+def _sizes(n, d_model, num_heads, m, batch, d_k=None, d_v=None):
+    """Checked sizes: m (n unless given), and the widths d_k, d_v of a head (d_model / h unless given)."""
+    d_k, d_v = head_widths(d_model, num_heads, d_k, d_v)
     m = n if m is None else m
     for name, value in (("n", n), ("m", m), ("batch", batch)):
         require_positive_int(value, name)
-    return m
+    return m, d_k, d_v
 
 
-def mha_flops(n, d_model, num_heads, m=None, *, batch=1, bias=True):
+def mha_flops(n, d_model, num_heads, m=None, *, batch=1, bias=True, d_k=None, d_v=None):
     """Floating-point operations of ``multihead_attention``, stage by stage, as the code does them.
 
     A multiply-add counts as 2 FLOPs, the convention of ``torch.utils.flop_counter``.
@@ -93,6 +86,8 @@ def mha_flops(n, d_model, num_heads, m=None, *, batch=1, bias=True):
     d_model, num_heads : int
     batch : int
     bias : bool
+    d_k, d_v : int, optional
+        Widths of a head's queries/keys and values (default d_model / h each).
 
     Returns
     -------
@@ -109,19 +104,24 @@ def mha_flops(n, d_model, num_heads, m=None, *, batch=1, bias=True):
     True
     >>> f["matmul"]
     2560
+    >>> mha_flops(4, 8, 2, batch=3)["matmul"] == 3 * 2560        # B = 3 sequences: 3 times the work
+    True
+    >>> t5 = mha_flops(512, 1024, 128, d_k=128, d_v=128)           # T5-11B's shape: h d_k = 16384 > d_model
+    >>> t5["q_projection"] == 2 * 512 * 1024 * 128 * 128
+    True
     """
-    m = _sizes(n, d_model, num_heads, m, batch)
-    B, d = batch, d_model
+    m, d_k, d_v = _sizes(n, d_model, num_heads, m, batch, d_k, d_v)
+    B, d, h = batch, d_model, num_heads
     stages = {
-        "q_projection": 2 * B * n * d * d,  # (B, n, d) @ (d, d)
-        "k_projection": 2 * B * m * d * d,  # (B, m, d) @ (d, d)
-        "v_projection": 2 * B * m * d * d,
-        "scale": B * n * d,  # q * (1 / √d_k)
-        "scores": 2 * B * n * m * d,  # h products (n, d_k) @ (d_k, m): 2 B h n m d_k = 2 B n m d
-        "softmax": 5 * B * num_heads * n * m,  # max, subtract, exp, sum, divide per score
-        "weighted_sum": 2 * B * n * m * d,  # h products (n, m) @ (m, d_k)
-        "output_projection": 2 * B * n * d * d,
-        "bias": B * d * (2 * n + 2 * m) if bias else 0,  # b_q, b_k, b_v, b_o
+        "q_projection": 2 * B * n * d * h * d_k,  # (B, n, d) @ (d, h d_k)
+        "k_projection": 2 * B * m * d * h * d_k,  # (B, m, d) @ (d, h d_k)
+        "v_projection": 2 * B * m * d * h * d_v,  # (B, m, d) @ (d, h d_v)
+        "scale": B * n * h * d_k,  # q * (1 / √d_k)
+        "scores": 2 * B * h * n * m * d_k,  # h products (n, d_k) @ (d_k, m)
+        "softmax": 5 * B * h * n * m,  # max, subtract, exp, sum, divide per score
+        "weighted_sum": 2 * B * h * n * m * d_v,  # h products (n, m) @ (m, d_v)
+        "output_projection": 2 * B * n * h * d_v * d,  # (B, n, h d_v) @ (h d_v, d)
+        "bias": B * (n * h * d_k + m * h * d_k + m * h * d_v + n * d) if bias else 0,  # b_q, b_k, b_v, b_o
     }
     matmul_stages = ("q_projection", "k_projection", "v_projection", "scores", "weighted_sum", "output_projection")
     stages["matmul"] = sum(stages[s] for s in matmul_stages)
@@ -153,7 +153,7 @@ def mha_memory(n, d_model, num_heads, m=None, *, batch=1, dtype="float32"):
     >>> mem["weights"] == 8 * 1024 * 1024 * 4      # h n m float32 numbers
     True
     """
-    m = _sizes(n, d_model, num_heads, m, batch)
+    m, _, _ = _sizes(n, d_model, num_heads, m, batch)
     size = np.dtype(dtype).itemsize
     B, d = batch, d_model
     arrays = {

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._checks import as_float_array, check_attention_inputs
 from .attention import scaled_dot_product_attention
-from .multihead import MHAParams, _check_layer_inputs, _project, combine_heads, params_from_torch, split_heads
+from .multihead import MHAParams, _check_layer_inputs, attend_heads, combine_heads, params_from_torch, split_heads
 
 
 def _check_same_shape(grad, grad_name, shape, what):
@@ -124,8 +124,13 @@ def sdpa_backward(q, k, v, d_out, mask=None):
     """
     q, k, v, mask = check_attention_inputs(q, k, v, mask)
     out, a = scaled_dot_product_attention(q, k, v, mask)  # forward again: a (..., n, m)
-    a = np.broadcast_to(a, out.shape[:-1] + a.shape[-1:])  # with the batch axes only v has, as d_out has them
     d_out = _check_same_shape(d_out, "d_out", out.shape, "the attention output")
+    return _attention_backward(q, k, v, a, d_out)
+
+
+def _attention_backward(q, k, v, a, d_out):
+    """Steps 4 to 1 of ``sdpa_backward``, given the forward's weights ``a`` (..., n, m)."""
+    a = np.broadcast_to(a, d_out.shape[:-1] + a.shape[-1:])  # with the batch axes only v has, as d_out has them
     d_k = q.shape[-1]
     # backward of step 4, O = A V
     dv = np.swapaxes(a, -1, -2) @ d_out  # eq-ch5-dv: dV = Aᵀ dO, (..., m, n) @ (..., n, d_v) -> (..., m, d_v)
@@ -220,26 +225,18 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
     """
     x_q, x_k, x_v, mask = _check_layer_inputs(x_q, x_k, x_v, params, mask)
     h = params.num_heads
-    # the forward again, keeping what the backward needs
-    q = split_heads(_project(x_q, params.w_q, params.b_q), h)  # steps 1-2: (..., h, n, d_k)
-    k = split_heads(_project(x_k, params.w_k, params.b_k), h)  # steps 1-2: (..., h, m, d_k)
-    v = split_heads(_project(x_v, params.w_v, params.b_v), h)  # steps 1-2: (..., h, m, d_k)
-    if mask is not None:
-        mask = mask.reshape(mask.shape[:-2] + (1,) + mask.shape[-2:])  # (..., n, m) -> (..., 1, n, m)
-    out, _ = scaled_dot_product_attention(q, k, v, mask)  # step 3: (..., h, n, d_k)
-    concat = combine_heads(out)  # step 4: (..., h, n, d_k) -> (..., n, d_model)
-    d_y = _check_same_shape(d_y, "d_y", concat.shape, "the layer's output")
-
+    heads = attend_heads(x_q, x_k, x_v, params, mask)  # the forward's steps 1-4 again, keeping what we need
+    d_y = _check_same_shape(d_y, "d_y", heads.concat.shape[:-1] + (params.d_model,), "the layer's output")
     # backward of step 5, the output projection y = concat @ w_o + b_o
-    d_concat, dw_o, db_o = _project_backward(concat, params.w_o, d_y, params.b_o is not None)  # eq-ch5-proj
+    d_concat, dw_o, db_o = _project_backward(heads.concat, params.w_o, d_y, params.b_o is not None)  # eq-ch5-proj
     # backward of step 4, combine heads
-    d_out = combine_heads_backward(d_concat, h)  # eq-ch5-heads: (..., n, d_model) -> (..., h, n, d_k)
-    # backward of step 3, attention in every head (sdpa steps 4 to 1)
-    dq, dk, dv = sdpa_backward(q, k, v, d_out, mask)  # eq-ch5-dv to eq-ch5-dk, each (..., h, ·, d_k)
+    d_out = combine_heads_backward(d_concat, h)  # eq-ch5-heads: (..., n, h d_v) -> (..., h, n, d_v)
+    # backward of step 3, attention in every head (sdpa steps 4 to 1), from the weights of the forward
+    dq, dk, dv = _attention_backward(heads.q, heads.k, heads.v, heads.weights, d_out)  # eq-ch5-dv to eq-ch5-dk
     # backward of step 2, split heads
-    dq = split_heads_backward(dq)  # eq-ch5-heads: (..., h, n, d_k) -> (..., n, d_model)
-    dk = split_heads_backward(dk)  # (..., h, m, d_k) -> (..., m, d_model)
-    dv = split_heads_backward(dv)  # (..., h, m, d_k) -> (..., m, d_model)
+    dq = split_heads_backward(dq)  # eq-ch5-heads: (..., h, n, d_k) -> (..., n, h d_k)
+    dk = split_heads_backward(dk)  # (..., h, m, d_k) -> (..., m, h d_k)
+    dv = split_heads_backward(dv)  # (..., h, m, d_v) -> (..., m, h d_v)
     # backward of step 1, the three input projections
     dx_q, dw_q, db_q = _project_backward(x_q, params.w_q, dq, params.b_q is not None)  # eq-ch5-proj
     dx_k, dw_k, db_k = _project_backward(x_k, params.w_k, dk, params.b_k is not None)  # eq-ch5-proj
@@ -259,7 +256,7 @@ def grads_from_torch(module):
     import torch  # imported here so that the package needs only numpy
 
     if not isinstance(module, torch.nn.MultiheadAttention):
-        raise ValueError(f"expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
+        raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
     missing = [name for name, p in module.named_parameters() if p.grad is None]
     if missing:
         raise ValueError(f"these parameters have no gradient (call backward first): {', '.join(missing)}")

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import as_float_array, broadcast_batch, check_mask, check_num_heads, require_ndim, require_positive_int
-from .attention import scaled_dot_product_attention
+from .attention import causal_mask, scaled_dot_product_attention
 from .complexity import param_count
-from .multihead import _check_layer_inputs, _project, combine_heads, split_heads
+from .multihead import _check_layer_inputs, combine_heads, mix_heads, project_heads
 
 
 def _positive_ints(**values):
@@ -151,21 +151,18 @@ def decode_step(x_new, params, cache=None):
     (True, (2, 3, 4))
     """
     x_new, _, _, _ = _check_layer_inputs(x_new, x_new, x_new, params, None)
-    h = params.num_heads
     s = x_new.shape[-2]
-    # step 1: project only the new tokens, (..., s, d_model) -> (..., h, s, d_k)
-    q = split_heads(_project(x_new, params.w_q, params.b_q), h)
-    k = split_heads(_project(x_new, params.w_k, params.b_k), h)
-    v = split_heads(_project(x_new, params.w_v, params.b_v), h)
-    # step 2: put their keys and values behind the cached ones
-    cache = KVCache(k, v) if cache is None else cache.append(k, v)  # (..., h, t, d_k)
+    # steps 1-2 of the layer, for the new tokens only: (..., s, d_model) -> (..., h, s, d_k) and (..., h, s, d_v)
+    q, k, v = project_heads(x_new, x_new, x_new, params)
+    # put their keys and values behind the cached ones
+    cache = KVCache(k, v) if cache is None else cache.append(k, v)  # (..., h, t, d_k), (..., h, t, d_v)
     t = cache.length  # tokens so far, the new ones included
-    # step 3: new token i sits at position t - s + i and sees positions 0 .. t - s + i
-    mask = None if s == 1 else np.arange(t) <= t - s + np.arange(s)[:, None]  # (s, t)
-    out, _ = grouped_query_attention(q, cache.k, cache.v, mask)  # (..., h, s, d_k)
-    # step 4: heads side by side, (..., h, s, d_k) -> (..., s, d_model), then W_O
-    y = _project(combine_heads(out), params.w_o, params.b_o)
-    return y, cache
+    # step 3: the s new queries are the last s of t positions, so the causal mask aligns bottom-right:
+    # new token i sits at position t - s + i and sees positions 0 .. t - s + i
+    mask = None if s == 1 else causal_mask(s, t, align="bottom-right")  # (s, t)
+    out, _ = grouped_query_attention(q, cache.k, cache.v, mask)  # (..., h, s, d_v)
+    # steps 4-5: heads side by side, (..., h, s, d_v) -> (..., s, h d_v), then W_O
+    return mix_heads(combine_heads(out), params), cache
 
 
 # ---------------------------------------------------------------- grouped-query attention
@@ -185,7 +182,10 @@ def grouped_query_attention(q, k, v, mask=None):
         h_kv must divide h.
     mask : array_like of bool, broadcastable to (..., h, n, m), optional
         True where query i may attend to key j (an (n, m) mask serves every
-        head).
+        head). Read by broadcasting, a layer-style (B, n, m) mask is taken for
+        one mask per head (h, n, m); when B = h that would be silently wrong,
+        so a three-axis mask whose first axis is both B and h is refused. Give
+        it its head axis: (B, 1, n, m) for one mask per sequence.
 
     Returns
     -------
@@ -228,6 +228,11 @@ def grouped_query_attention(q, k, v, mask=None):
     k = k[..., None, :, :]
     v = v[..., None, :, :]  # (..., h_kv, m, d_v) -> (..., h_kv, 1, m, d_v)
     if mask is not None:
+        if np.ndim(mask) == 3 and batch and np.shape(mask)[0] == h == batch[-1] > 1:
+            raise ValueError(f"a mask of shape {np.shape(mask)} is ambiguous for q of shape {batch + (h, n, d_k)}, "
+                             f"where B = h = "
+                             f"{h}: it would be read as one mask per head (h, n, m), not per sequence (B, n, m); "
+                             f"give it a head axis, e.g. mask[:, None] for one mask per sequence, (B, 1, n, m)")
         mask = check_mask(mask, batch + (h, n, m))
         # (n, m) -> (1, n, m): give the mask a head axis
         mask = mask.reshape((1,) * max(0, 3 - mask.ndim) + mask.shape)

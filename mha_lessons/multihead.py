@@ -6,7 +6,13 @@ Axis names (as in ``attention.py``):
     h         number of heads
     n, m      number of queries, number of keys/values
     d_model   width of a token vector entering and leaving the layer
-    d_k       width of one head, d_model / h (also used for the value width)
+    d_k       width of one head's queries and keys (d_model / h unless chosen otherwise)
+    d_v       width of one head's values (d_model / h unless chosen otherwise)
+
+Heads may have any width: W_Q and W_K are (d_model, h d_k), W_V is
+(d_model, h d_v) and W_O is (h d_v, d_model). The usual choice, and PyTorch's,
+is d_k = d_v = d_model / h, which makes all four d_model × d_model; T5-11B
+(1024 wide, 128 heads of 128) and Gemma-7B (3072 wide, 16 heads of 256) do not.
 
 Weights are used as ``x @ w`` (rows are input features, columns are output
 features), the convention of the equations in the chapters. PyTorch stores the
@@ -20,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._checks import as_float_array, check_layer_arrays, check_num_heads, require_ndim
+from ._checks import as_float_array, check_layer_arrays, check_num_heads, head_widths, require_ndim, require_positive_int
 from .attention import scaled_dot_product_attention
 
 
@@ -68,17 +74,22 @@ def combine_heads(x):
 class MHAParams:
     """The learnable parameters of one multi-head attention layer.
 
-    ``w_q, w_k, w_v, w_o`` have shape ``(d_model, d_model)`` and are used as
-    ``x @ w``; ``b_q, b_k, b_v, b_o`` have shape ``(d_model,)`` or are ``None``
-    (no bias). Columns ``[i * d_k, (i + 1) * d_k)`` of ``w_q``, ``w_k`` and
-    ``w_v`` are head i's projections; rows ``[i * d_k, (i + 1) * d_k)`` of
+    ``w_q, w_k`` have shape ``(d_model, h d_k)``, ``w_v`` has shape
+    ``(d_model, h d_v)`` and ``w_o`` has shape ``(h d_v, d_model)``, all used
+    as ``x @ w``; ``b_q, b_k`` have shape ``(h d_k,)``, ``b_v`` ``(h d_v,)``
+    and ``b_o`` ``(d_model,)``, or are ``None`` (no bias). Columns
+    ``[i d_k, (i + 1) d_k)`` of ``w_q`` and ``w_k`` (``[i d_v, (i + 1) d_v)``
+    of ``w_v``) are head i's projections; rows ``[i d_v, (i + 1) d_v)`` of
     ``w_o`` read head i's output.
 
     Examples
     --------
     >>> p = init_params(8, 2)
-    >>> p.d_model, p.num_heads, p.d_k
-    (8, 2, 4)
+    >>> p.d_model, p.num_heads, p.d_k, p.d_v
+    (8, 2, 4, 4)
+    >>> wide = init_params(8, 2, d_k=16, d_v=3)        # heads of any width
+    >>> wide.w_q.shape, wide.w_v.shape, wide.w_o.shape
+    ((8, 32), (8, 6), (6, 8))
     """
 
     num_heads: int
@@ -92,23 +103,27 @@ class MHAParams:
     b_o: Optional[np.ndarray] = None
 
     def __post_init__(self):
+        require_positive_int(self.num_heads, "num_heads")
         for name in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, as_float_array(value, name))
-        w_q = self.w_q
-        if w_q.ndim != 2 or w_q.shape[0] != w_q.shape[1]:
-            raise ValueError(f"w_q must be a square (d_model, d_model) matrix, got shape {w_q.shape}")
-        d_model = w_q.shape[0]
-        check_num_heads(d_model, self.num_heads)
-        for name in ("w_k", "w_v", "w_o"):
-            shape = getattr(self, name).shape
-            if shape != (d_model, d_model):
-                raise ValueError(f"{name} has shape {shape}, expected (d_model, d_model) = {(d_model, d_model)}")
-        for name in ("b_q", "b_k", "b_v", "b_o"):
+        h = self.num_heads
+        for name in ("w_q", "w_v"):  # they fix d_model, h d_k and h d_v
+            w = getattr(self, name)
+            if w.ndim != 2:
+                raise ValueError(f"{name} must be a (d_model, h d) matrix, got shape {w.shape}")
+            if w.shape[1] % h:
+                raise ValueError(f"{name} has shape {w.shape}: its {w.shape[1]} columns cannot be cut into "
+                                 f"num_heads = {h} heads of equal width")
+        d_model, hd_k, hd_v = self.w_q.shape[0], self.w_q.shape[1], self.w_v.shape[1]
+        expected = {"w_k": (d_model, hd_k), "w_v": (d_model, hd_v), "w_o": (hd_v, d_model),
+                    "b_q": (hd_k,), "b_k": (hd_k,), "b_v": (hd_v,), "b_o": (d_model,)}
+        for name, shape in expected.items():
             value = getattr(self, name)
-            if value is not None and value.shape != (d_model,):
-                raise ValueError(f"{name} has shape {value.shape}, expected (d_model,) = {(d_model,)}")
+            if value is not None and value.shape != shape:
+                raise ValueError(f"{name} has shape {value.shape}, expected {shape} for d_model = {d_model}, "
+                                 f"h = {h}, d_k = {hd_k // h}, d_v = {hd_v // h}")
 
     @property
     def d_model(self):
@@ -116,7 +131,11 @@ class MHAParams:
 
     @property
     def d_k(self):
-        return self.d_model // self.num_heads
+        return self.w_q.shape[1] // self.num_heads
+
+    @property
+    def d_v(self):
+        return self.w_v.shape[1] // self.num_heads
 
     @property
     def has_bias(self):
@@ -127,14 +146,18 @@ class MHAParams:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "num_heads" and getattr(self, f.name) is not None}
 
 
-def init_params(d_model, num_heads, *, bias=True, seed=0, dtype=np.float64):
+def init_params(d_model, num_heads, *, d_k=None, d_v=None, bias=True, seed=0, dtype=np.float64):
     """Random parameters drawn the way ``torch.nn.MultiheadAttention`` draws them.
 
     torch initialises its fused ``(3 d_model, d_model)`` input projection with
     Xavier-uniform, U(-a, a) with a = √(6 / (d_model + 3 d_model)); the output
     projection keeps ``nn.Linear``'s default, U(-1/√d_model, 1/√d_model); all
     biases start at zero. The numbers differ from torch's (another generator),
-    the distributions do not.
+    the distributions do not. With other head widths (``d_k``, ``d_v``, which
+    torch's layer does not offer) the same rule applies to the wider or narrower
+    matrices: a = √(6 / (d_model + h d_k + h d_k + h d_v)), and 1/√(h d_v) for W_O.
+
+    ``seed`` is an int or a ``numpy.random.Generator``.
 
     Examples
     --------
@@ -143,30 +166,98 @@ def init_params(d_model, num_heads, *, bias=True, seed=0, dtype=np.float64):
     ((6, 6), (6,))
     >>> bool(np.abs(p.w_q).max() <= math.sqrt(6 / (4 * 6)))
     True
+    >>> init_params(3072, 16, d_k=256, d_v=256).w_q.shape   # Gemma-7B's shape: 16 heads of 256
+    (3072, 4096)
     """
-    check_num_heads(d_model, num_heads)
+    d_k, d_v = head_widths(d_model, num_heads, d_k, d_v)
+    h = num_heads
     rng = np.random.default_rng(seed)
-    a_in = math.sqrt(6.0 / (d_model + 3 * d_model))
-    a_out = 1.0 / math.sqrt(d_model)
+    a_in = math.sqrt(6.0 / (d_model + h * (2 * d_k + d_v)))
+    a_out = 1.0 / math.sqrt(h * d_v)
     # torch draws one (3 d_model, d_model) matrix and uses its three row blocks transposed.
-    w_q, w_k, w_v = (rng.uniform(-a_in, a_in, size=(d_model, d_model)).astype(dtype) for _ in range(3))
-    w_o = rng.uniform(-a_out, a_out, size=(d_model, d_model)).astype(dtype)
-    biases = [np.zeros(d_model, dtype=dtype) if bias else None for _ in range(4)]
+    w_q, w_k, w_v = (rng.uniform(-a_in, a_in, size=(d_model, h * width)).astype(dtype) for width in (d_k, d_k, d_v))
+    w_o = rng.uniform(-a_out, a_out, size=(h * d_v, d_model)).astype(dtype)
+    biases = [np.zeros(size, dtype=dtype) if bias else None for size in (h * d_k, h * d_k, h * d_v, d_model)]
     return MHAParams(num_heads, w_q, w_k, w_v, w_o, *biases)
 
 
 def _project(x, w, b):
-    y = x @ w  # (..., n, d_model) @ (d_model, d_model) -> (..., n, d_model)
+    y = x @ w  # (..., n, d_in) @ (d_in, d_out) -> (..., n, d_out)
     if b is not None:
         y += b  # in place: y is a fresh array
     return y
 
 
+def mask_for_every_head(mask):
+    """Give a layer's mask a head axis of size 1, so that one mask serves every head.
+
+    (..., n, m) -> (..., 1, n, m); ``None`` stays ``None``.
+
+    Examples
+    --------
+    >>> mask_for_every_head(np.ones((2, 3, 4), bool)).shape      # (B, n, m) -> (B, 1, n, m)
+    (2, 1, 3, 4)
+    """
+    if mask is None:
+        return None
+    return mask.reshape(mask.shape[:-2] + (1,) + mask.shape[-2:])  # (..., n, m) -> (..., 1, n, m)
+
+
 def _check_layer_inputs(x_q, x_k, x_v, params, mask):
     """Validate the inputs of ``multihead_attention``; return the arrays as floats."""
     if not isinstance(params, MHAParams):
-        raise ValueError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
+        raise TypeError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
     return check_layer_arrays(x_q, x_k, x_v, mask, params.d_model, "the parameters expect")
+
+
+def project_heads(x_q, x_k, x_v, params):
+    """Steps 1 and 2 of the layer: project the tokens, then cut the projections into heads.
+
+    Returns q (..., h, n, d_k), k (..., h, m, d_k) and v (..., h, m, d_v), from
+    checked float arrays x_q (..., n, d_model) and x_k, x_v (..., m, d_model).
+    """
+    h = params.num_heads
+    # step 1: project every token to a query, a key and a value
+    q = _project(x_q, params.w_q, params.b_q)  # (..., n, d_model) @ (d_model, h d_k) -> (..., n, h d_k)
+    k = _project(x_k, params.w_k, params.b_k)  # (..., m, h d_k)
+    v = _project(x_v, params.w_v, params.b_v)  # (..., m, h d_v)
+    # step 2: cut each into h heads
+    q = split_heads(q, h)  # (..., n, h d_k) -> (..., h, n, d_k)
+    k = split_heads(k, h)  # (..., m, h d_k) -> (..., h, m, d_k)
+    v = split_heads(v, h)  # (..., m, h d_v) -> (..., h, m, d_v)
+    return q, k, v
+
+
+@dataclass
+class Heads:
+    """What steps 1 to 4 of the layer compute, kept for the output projection and for the backward pass.
+
+    q (..., h, n, d_k), k (..., h, m, d_k), v (..., h, m, d_v): the heads' queries, keys and values;
+    mask (..., 1, n, m) or None; weights (..., h, n, m); concat (..., n, h d_v): the heads' outputs side by side.
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: Optional[np.ndarray]
+    weights: np.ndarray
+    concat: np.ndarray
+
+
+def attend_heads(x_q, x_k, x_v, params, mask=None):
+    """Steps 1 to 4 of ``multihead_attention`` on checked float arrays: everything before W_O.
+
+    The layer (``multihead_attention``), its backward pass (``grads.mha_backward``),
+    a worker's share of a split layer (``parallel.partial_output``) all run these
+    same lines.
+    """
+    q, k, v = project_heads(x_q, x_k, x_v, params)  # steps 1-2: (..., h, n, d_k), (..., h, m, d_k), (..., h, m, d_v)
+    # step 3: every head attends on its own; one mask serves all heads
+    mask = mask_for_every_head(mask)  # (..., n, m) -> (..., 1, n, m)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)  # out (..., h, n, d_v), weights (..., h, n, m)
+    # step 4: put the heads side by side again
+    concat = combine_heads(out)  # (..., h, n, d_v) -> (..., n, h d_v)
+    return Heads(q, k, v, mask, weights, concat)
 
 
 def multihead_attention(x_q, x_k, x_v, params, mask=None):
@@ -183,7 +274,8 @@ def multihead_attention(x_q, x_k, x_v, params, mask=None):
     mask : array_like of bool, broadcastable to (..., n, m), optional
         True where query i may attend to key j; the same mask for every head.
         A query that may attend to nothing gets zero weights, so its output is
-        the output bias ``b_o`` (zero without biases), where PyTorch gives NaN.
+        the output bias ``b_o`` (zero without biases); PyTorch's layer gives NaN
+        there when it computes the weights (chapter 6).
 
     Returns
     -------
@@ -196,30 +288,19 @@ def multihead_attention(x_q, x_k, x_v, params, mask=None):
     Examples
     --------
     >>> p = init_params(8, 2, seed=0)
-    >>> x = np.random.default_rng(0).normal(size=(3, 8))   # n = 3 tokens
+    >>> x = np.random.default_rng(0).normal(size=(4, 3, 8))   # B = 4 sequences of n = 3 tokens
     >>> y, w = multihead_attention(x, x, x, p)
     >>> y.shape, w.shape
-    ((3, 8), (2, 3, 3))
+    ((4, 3, 8), (4, 2, 3, 3))
     """
     x_q, x_k, x_v, mask = _check_layer_inputs(x_q, x_k, x_v, params, mask)
-    h = params.num_heads
-    # step 1: project every token to a query, a key and a value
-    q = _project(x_q, params.w_q, params.b_q)  # (..., n, d_model)
-    k = _project(x_k, params.w_k, params.b_k)  # (..., m, d_model)
-    v = _project(x_v, params.w_v, params.b_v)  # (..., m, d_model)
-    # step 2: cut each into h heads of width d_k
-    q = split_heads(q, h)  # (..., n, d_model) -> (..., h, n, d_k)
-    k = split_heads(k, h)  # (..., m, d_model) -> (..., h, m, d_k)
-    v = split_heads(v, h)  # (..., m, d_model) -> (..., h, m, d_k)
-    # step 3: every head attends on its own; one mask serves all heads
-    if mask is not None:
-        mask = mask.reshape(mask.shape[:-2] + (1,) + mask.shape[-2:])  # (..., n, m) -> (..., 1, n, m)
-    out, weights = scaled_dot_product_attention(q, k, v, mask)  # out (..., h, n, d_k), weights (..., h, n, m)
-    # step 4: put the heads side by side again
-    out = combine_heads(out)  # (..., h, n, d_k) -> (..., n, d_model)
-    # step 5: mix the heads with the output projection
-    y = _project(out, params.w_o, params.b_o)  # (..., n, d_model)
-    return y, weights
+    heads = attend_heads(x_q, x_k, x_v, params, mask)  # steps 1-4
+    return mix_heads(heads.concat, params), heads.weights  # step 5
+
+
+def mix_heads(concat, params):
+    """Step 5 of the layer: the output projection, (..., n, h d_v) @ W_O (h d_v, d_model) + b_O -> (..., n, d_model)."""
+    return _project(concat, params.w_o, params.b_o)
 
 
 def params_from_torch(module):
@@ -234,7 +315,7 @@ def params_from_torch(module):
     import torch  # imported here so that the package needs only numpy
 
     if not isinstance(module, torch.nn.MultiheadAttention):
-        raise ValueError(f"expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
+        raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
     d_model = module.embed_dim
     if not module._qkv_same_embed_dim:
         raise ValueError(
@@ -268,8 +349,11 @@ def params_to_torch(params, *, batch_first=True):
     import torch  # imported here so that the package needs only numpy
 
     if not isinstance(params, MHAParams):
-        raise ValueError(f"params must be an MHAParams, got {type(params).__name__}")
+        raise TypeError(f"params must be an MHAParams, got {type(params).__name__}")
     d_model = params.d_model
+    if params.num_heads * params.d_k != d_model or params.num_heads * params.d_v != d_model:
+        raise ValueError(f"torch.nn.MultiheadAttention needs d_k = d_v = d_model / h; these parameters have "
+                         f"d_model = {d_model}, h = {params.num_heads}, d_k = {params.d_k}, d_v = {params.d_v}")
     dtype = torch.from_numpy(params.w_q).dtype  # float64 -> torch.float64, float32 -> torch.float32
     module = torch.nn.MultiheadAttention(
         d_model, params.num_heads, bias=params.has_bias, batch_first=batch_first, dtype=dtype

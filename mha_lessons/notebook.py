@@ -56,14 +56,52 @@ def portable(value, digits=GLUE_DIGITS):
     return value
 
 
-def show_source(obj):
-    """Display the source code of a package function or class, highlighted.
+# A listing longer than this many lines starts folded on the page: a reader opens it when wanted.
+FOLD_OVER = 25
+
+
+def source_without_docstring(obj):
+    """The source code of a function or class, without its docstring (the page explains it instead).
+
+    Examples
+    --------
+    >>> def add(a, b):
+    ...     "Add two numbers."
+    ...     return a + b   # the sum
+    >>> print(source_without_docstring(add))
+    def add(a, b):
+        return a + b   # the sum
+    """
+    import ast
+    import textwrap
+
+    lines = textwrap.dedent(inspect.getsource(obj)).splitlines()
+    node = ast.parse("\n".join(lines)).body[0]
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        del lines[first.lineno - 1:first.end_lineno]  # ast counts lines from 1
+    return "\n".join(lines)
+
+
+def show_source(*objs):
+    """Display the code of package functions or classes, highlighted, without their docstrings.
 
     The chapters show the package's own code this way, never a pasted copy.
+    Several objects are shown one after another, in the order given. A listing
+    longer than ``FOLD_OVER`` lines starts folded (an HTML ``<details>``
+    element, opened with a click), so that the page stays readable.
     """
     from IPython.display import Code, display
 
-    display(Code(inspect.getsource(obj), language="python"))
+    code = "\n\n\n".join(source_without_docstring(obj) for obj in objs)
+    count = code.count("\n") + 1
+    if count <= FOLD_OVER:
+        display(Code(code, language="python"))
+        return
+    names = ", ".join(f"<code>{obj.__qualname__}</code>" for obj in objs)
+    html = (f"<details><summary>The code of {names} ({count} lines): click to open</summary>"
+            f"{Code(code, language='python')._repr_html_()}</details>")
+    display({"text/html": html, "text/plain": code}, raw=True)
 
 
 def format_table(matrix, row_labels=None, col_labels=None, fmt="{:.3f}"):

@@ -5,10 +5,11 @@ Heads do not talk to each other until the output projection, so p workers
 of the parameters:
 
     heads     [r h_r, (r + 1) h_r)                      h_r = h / p heads
-    W_Q, W_K, W_V   columns [r h_r d_k, (r + 1) h_r d_k)    (d_model, h_r d_k) each
-    b_Q, b_K, b_V   the same entries                      (h_r d_k,) each
-    W_O             the same ROWS                         (h_r d_k, d_model)
-    b_O             on worker 0 only                      (d_model,)
+    W_Q, W_K  columns [r h_r d_k, (r + 1) h_r d_k)      (d_model, h_r d_k) each
+    W_V       columns [r h_r d_v, (r + 1) h_r d_v)      (d_model, h_r d_v)
+    b_Q, b_K, b_V   the same entries                  (h_r d_k,), (h_r d_k,), (h_r d_v,)
+    W_O       the same ROWS as W_V's columns          (h_r d_v, d_model)
+    b_O       on worker 0 only                        (d_model,)
 
 Its heads' outputs, put side by side, times its rows of W_O give a *partial*
 output of the full shape (..., n, d_model). Because a concatenation times a
@@ -24,21 +25,17 @@ Axis names (as in ``multihead.py``), plus
     h_r   heads per worker, h / p
     N     number of elements of the all-reduced tensor, B * n * d_model
 
-The numpy functions simulate the workers with a loop over ranks;
-``run_distributed`` runs them as real processes with ``torch.distributed``
-(torch is imported inside it only).
+The numpy functions here simulate the workers with a loop over ranks;
+``distributed.run_distributed`` runs them as real processes with
+``torch.distributed``. Chapter 9 teaches both.
 """
 
-import math
-import os
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
-from ._checks import check_layer_arrays, require_positive_int
-from .attention import scaled_dot_product_attention
-from .multihead import MHAParams, _project, combine_heads, init_params, multihead_attention, split_heads
+from ._checks import require_positive_int
+from .multihead import MHAParams, init_params, multihead_attention
 
 
 def worker_heads(num_heads, num_workers, rank):
@@ -69,61 +66,38 @@ def worker_heads(num_heads, num_workers, rank):
 
 
 @dataclass
-class ParamShard:
-    """The parameters one worker holds: its heads' columns of W_Q, W_K, W_V and rows of W_O.
+class ParamShard(MHAParams):
+    """The parameters one worker holds: an ``MHAParams`` of h_r = h / p heads, and where they sit in the layer.
 
-    ``w_q, w_k, w_v`` have shape ``(d_model, h_r d_k)``, ``w_o`` has shape
-    ``(h_r d_k, d_model)``; ``b_q, b_k, b_v`` have shape ``(h_r d_k,)`` or are
-    ``None``; ``b_o`` has shape ``(d_model,)`` on worker 0 and is ``None``
-    elsewhere (or everywhere, for a layer without biases).
+    Its ``w_q, w_k`` (d_model, h_r d_k) and ``w_v`` (d_model, h_r d_v) are its
+    heads' columns of the layer's matrices, ``w_o`` (h_r d_v, d_model) their
+    rows of W_O; ``b_o`` is present on worker 0 only. Being an ``MHAParams``,
+    a shard runs through ``multihead_attention`` like any layer.
     """
 
-    rank: int
-    num_workers: int
-    heads: range
-    w_q: np.ndarray
-    w_k: np.ndarray
-    w_v: np.ndarray
-    w_o: np.ndarray
-    b_q: Optional[np.ndarray] = None
-    b_k: Optional[np.ndarray] = None
-    b_v: Optional[np.ndarray] = None
-    b_o: Optional[np.ndarray] = None
+    rank: int = 0
+    num_workers: int = 1
 
     def __post_init__(self):
-        width = self.w_q.shape[1] if self.w_q.ndim == 2 else -1  # h_r d_k
-        d_model = self.w_q.shape[0]
-        expected = {"w_q": (d_model, width), "w_k": (d_model, width), "w_v": (d_model, width),
-                    "w_o": (width, d_model), "b_q": (width,), "b_k": (width,), "b_v": (width,), "b_o": (d_model,)}
-        for name, shape in expected.items():
-            value = getattr(self, name)
-            if value is not None and value.shape != shape:
-                raise ValueError(f"{name} has shape {value.shape}, expected {shape} for a shard of "
-                                 f"{len(self.heads)} heads with d_model = {d_model}")
-        if width % len(self.heads):
-            raise ValueError(f"the shard's width {width} is not a multiple of its {len(self.heads)} heads")
+        super().__post_init__()
+        require_positive_int(self.num_workers, "num_workers")
+        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) \
+                or not 0 <= self.rank < self.num_workers:
+            raise ValueError(f"rank must be an integer in [0, num_workers) = [0, {self.num_workers}), got {self.rank!r}")
 
     @property
-    def num_heads(self):
-        """h_r, the number of heads on this worker."""
-        return len(self.heads)
-
-    @property
-    def d_model(self):
-        return self.w_q.shape[0]
-
-    @property
-    def d_k(self):
-        return self.w_q.shape[1] // self.num_heads
+    def heads(self):
+        """The layer's heads that this worker computes: [r h_r, (r + 1) h_r)."""
+        return range(self.rank * self.num_heads, (self.rank + 1) * self.num_heads)
 
 
 def shard_params(params, num_workers, rank):
     """Cut out the parameters that worker ``rank`` of ``num_workers`` needs for its heads.
 
-    Head i owns features ``[i d_k, (i + 1) d_k)``: columns of W_Q, W_K and W_V
-    (where the head's queries, keys and values are made) and rows of W_O (where
-    the head's output is read). Worker r's heads are consecutive, so its slices
-    are single blocks of ``h_r d_k`` columns and rows.
+    Head i owns columns ``[i d_k, (i + 1) d_k)`` of W_Q and W_K and
+    ``[i d_v, (i + 1) d_v)`` of W_V (where its queries, keys and values are
+    made) and the same rows of W_O as of W_V's columns (where its output is
+    read). Worker r's heads are consecutive, so its slices are single blocks.
 
     The output bias b_O is not a property of any head: it is added once to the
     sum. If every worker added it, the all-reduce would add it p times, so it
@@ -142,7 +116,7 @@ def shard_params(params, num_workers, rank):
 
     Examples
     --------
-    >>> p = init_params(8, 4, seed=0)           # d_model = 8, h = 4, d_k = 2
+    >>> p = init_params(8, 4, seed=0)           # d_model = 8, h = 4, d_k = d_v = 2
     >>> s = shard_params(p, 2, 1)               # worker 1 of 2: heads 2 and 3
     >>> s.heads, s.w_q.shape, s.w_o.shape, s.b_o
     (range(2, 4), (8, 4), (4, 8), None)
@@ -150,38 +124,34 @@ def shard_params(params, num_workers, rank):
     True
     """
     if not isinstance(params, MHAParams):
-        raise ValueError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
+        raise TypeError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
     heads = worker_heads(params.num_heads, num_workers, rank)
-    d_k = params.d_k
-    features = slice(heads.start * d_k, heads.stop * d_k)  # this worker's h_r d_k features
+    qk = slice(heads.start * params.d_k, heads.stop * params.d_k)  # this worker's h_r d_k query/key features
+    vo = slice(heads.start * params.d_v, heads.stop * params.d_v)  # its h_r d_v value features
 
     def cut(array, index):
         return None if array is None else array[index].copy()
 
+    every = slice(None)
     return ParamShard(
-        rank=int(rank), num_workers=int(num_workers), heads=heads,
-        w_q=cut(params.w_q, (slice(None), features)),  # (d_model, d_model) -> (d_model, h_r d_k)
-        w_k=cut(params.w_k, (slice(None), features)),
-        w_v=cut(params.w_v, (slice(None), features)),
-        w_o=cut(params.w_o, (features, slice(None))),  # (d_model, d_model) -> (h_r d_k, d_model): ROWS
-        b_q=cut(params.b_q, features), b_k=cut(params.b_k, features), b_v=cut(params.b_v, features),
-        b_o=cut(params.b_o, slice(None)) if rank == 0 else None,
+        len(heads),
+        w_q=cut(params.w_q, (every, qk)),  # (d_model, h d_k) -> (d_model, h_r d_k)
+        w_k=cut(params.w_k, (every, qk)),
+        w_v=cut(params.w_v, (every, vo)),  # (d_model, h d_v) -> (d_model, h_r d_v)
+        w_o=cut(params.w_o, (vo, every)),  # (h d_v, d_model) -> (h_r d_v, d_model): ROWS
+        b_q=cut(params.b_q, qk), b_k=cut(params.b_k, qk), b_v=cut(params.b_v, vo),
+        b_o=cut(params.b_o, every) if rank == 0 else None,
+        rank=int(rank), num_workers=int(num_workers),
     )
-
-
-def _check_shard_inputs(x_q, x_k, x_v, shard, mask):
-    """Validate the inputs of ``partial_output``; return the arrays as floats."""
-    if not isinstance(shard, ParamShard):
-        raise ValueError(f"shard must be a ParamShard (see shard_params), got {type(shard).__name__}")
-    return check_layer_arrays(x_q, x_k, x_v, mask, shard.d_model, "the shard expects")
 
 
 def partial_output(x_q, x_k, x_v, shard, mask=None):
     """What one worker computes: its heads, and their share of the output projection.
 
-    The steps are those of ``multihead_attention`` with h_r heads instead of h;
-    only step 5 differs: the worker's h_r d_k features times its rows of W_O
-    give a full-width (..., n, d_model) array that is *one term* of the output.
+    A shard is a layer of h_r heads whose W_O has the worker's rows only, so
+    this is ``multihead_attention`` itself: the worker's h_r heads side by side
+    times its rows of W_O give a full-width (..., n, d_model) array that is
+    *one term* of the layer's output.
 
     Parameters
     ----------
@@ -201,30 +171,14 @@ def partial_output(x_q, x_k, x_v, shard, mask=None):
     Examples
     --------
     >>> p = init_params(8, 4, seed=0)
-    >>> x = np.random.default_rng(0).normal(size=(3, 8))
+    >>> x = np.random.default_rng(0).normal(size=(2, 3, 8))       # B = 2, n = 3
     >>> terms = [partial_output(x, x, x, shard_params(p, 2, r))[0] for r in range(2)]
-    >>> bool(np.allclose(terms[0] + terms[1], multihead_attention(x, x, x, p)[0]))
-    True
+    >>> terms[0].shape, bool(np.allclose(terms[0] + terms[1], multihead_attention(x, x, x, p)[0]))
+    ((2, 3, 8), True)
     """
-    x_q, x_k, x_v, mask = _check_shard_inputs(x_q, x_k, x_v, shard, mask)
-    h_r = shard.num_heads
-    # step 1: project, with this worker's columns only
-    q = _project(x_q, shard.w_q, shard.b_q)  # (..., n, d_model) @ (d_model, h_r d_k) -> (..., n, h_r d_k)
-    k = _project(x_k, shard.w_k, shard.b_k)  # (..., m, h_r d_k)
-    v = _project(x_v, shard.w_v, shard.b_v)  # (..., m, h_r d_k)
-    # step 2: cut into this worker's h_r heads
-    q = split_heads(q, h_r)  # (..., n, h_r d_k) -> (..., h_r, n, d_k)
-    k = split_heads(k, h_r)  # (..., m, h_r d_k) -> (..., h_r, m, d_k)
-    v = split_heads(v, h_r)  # (..., m, h_r d_k) -> (..., h_r, m, d_k)
-    # step 3: every head attends on its own, exactly as on a single machine
-    if mask is not None:
-        mask = mask.reshape(mask.shape[:-2] + (1,) + mask.shape[-2:])  # (..., n, m) -> (..., 1, n, m)
-    out, weights = scaled_dot_product_attention(q, k, v, mask)  # (..., h_r, n, d_k), (..., h_r, n, m)
-    # step 4: this worker's heads side by side
-    out = combine_heads(out)  # (..., h_r, n, d_k) -> (..., n, h_r d_k)
-    # step 5: this worker's rows of W_O give one term of the output (b_O on worker 0 only)
-    y_r = _project(out, shard.w_o, shard.b_o)  # (..., n, h_r d_k) @ (h_r d_k, d_model) -> (..., n, d_model)
-    return y_r, weights
+    if not isinstance(shard, ParamShard):
+        raise TypeError(f"shard must be a ParamShard (see shard_params), got {type(shard).__name__}")
+    return multihead_attention(x_q, x_k, x_v, shard, mask)
 
 
 def simulate_head_parallel(x_q, x_k, x_v, params, num_workers, mask=None):
@@ -432,197 +386,3 @@ def demo_problem(batch=2, n=5, m=7, d_model=16, num_heads=4, *, dtype="float64",
     mask = rng.random((batch, n, m)) < 0.7  # (B, n, m), True = may attend
     mask[..., 0] = True
     return x_q, x_kv, params, mask
-
-
-def _loopback_interface():
-    """The name of the loopback network interface ('lo' on Linux, 'lo0' on macOS), or None."""
-    import socket
-
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except (AttributeError, OSError):  # not available on every platform
-        return None
-    return next((name for name in ("lo", "lo0") if name in names), None)
-
-
-def _require_gloo(dist):
-    """Raise a RuntimeError that says what is missing if ``dist`` (torch.distributed) cannot run gloo."""
-    if not dist.is_available():
-        raise RuntimeError("this PyTorch build has no torch.distributed support, so run_distributed cannot run")
-    if not dist.is_gloo_available():
-        raise RuntimeError("this PyTorch build has no gloo backend (torch.distributed.is_gloo_available() is "
-                           "False); run_distributed needs gloo to all-reduce between CPU processes")
-
-
-def _worker(rank, num_workers, store_path, problem, timeout, queue, log_path):
-    """One process of ``run_distributed``: join the group, compute a partial output, all-reduce it, report."""
-    import traceback
-
-    # this process's own output (a warning of gloo's, say) goes to a log file, not into the notebook or
-    # terminal that started it; the parent quotes the log if something fails
-    with open(log_path, "w") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-    try:
-        from datetime import timedelta
-
-        import torch
-        import torch.distributed as dist
-
-        _require_gloo(dist)
-        torch.set_num_threads(1)
-        interface = _loopback_interface()
-        if interface is not None:
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)  # gloo connects the workers over 127.0.0.1
-        store = dist.FileStore(store_path, num_workers)  # where the workers find each other's addresses
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=num_workers,
-                                timeout=timedelta(seconds=timeout))
-        try:
-            x_q, x_kv, params, mask = demo_problem(**problem)
-            shard = shard_params(params, num_workers, rank)  # this worker's heads and slices only
-            y_r, _ = partial_output(x_q, x_kv, x_kv, shard, mask)  # (B, n, d_model), one term of the sum
-            tensor = torch.from_numpy(y_r.copy())  # a copy: the all-reduce overwrites it, rank 0 needs y_r
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # the layer's only communication: sum over workers
-            y = tensor.numpy()  # (B, n, d_model), the same on every worker
-            report = {"rank": rank, "heads": list(shard.heads), "backend": dist.get_backend(), "y": y}
-            if rank == 0:  # rank 0 checks against the whole layer computed by one process
-                y_single, _ = multihead_attention(x_q, x_kv, x_kv, params, mask)
-                report["max_abs_diff"] = float(np.abs(y - y_single).max())
-                report["partial_max_abs_diff"] = float(np.abs(y_r - y_single).max())
-                report["max_abs_output"] = float(np.abs(y_single).max())
-            queue.put(("ok", rank, report))
-        finally:
-            dist.destroy_process_group()
-    except BaseException:  # report every failure to the parent, which raises it with this traceback
-        queue.put(("error", rank, traceback.format_exc()))
-        raise
-
-
-def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4, dtype="float64", seed=0,
-                    timeout=60.0):
-    """Run head-parallel attention on ``num_workers`` real processes and check it against one process.
-
-    The workers are started with the ``spawn`` method (fresh interpreters,
-    whatever the calling process has imported or started). They find each
-    other through a file store in a temporary folder, so no port has to be
-    chosen in advance, and join a ``torch.distributed`` group with the gloo
-    backend, which connects them over the loopback interface (127.0.0.1).
-    Each computes its ``partial_output`` with this package's numpy code on
-    ``demo_problem``'s inputs, turns it into a torch tensor and all-reduces it
-    (sum). Worker 0 compares the result with ``multihead_attention`` on the
-    whole layer. Every worker leaves the group with ``destroy_process_group``;
-    a worker that fails, hangs or dies is reported with its log, and no worker
-    outlives the call.
-
-    Parameters
-    ----------
-    num_workers : int, dividing ``num_heads``
-    batch, n, m, d_model, num_heads, dtype, seed : the problem, see ``demo_problem``
-    timeout : float
-        Seconds for the whole run (starting the processes included) and for
-        each collective operation.
-
-    Returns
-    -------
-    dict
-        ``num_workers``, ``backend``, ``heads`` (per rank), ``shape`` of the
-        all-reduced tensor, ``dtype``, ``allreduce_elements``, ``tensor_bytes``,
-        ``ring_bytes_per_worker`` (``allreduce_bytes``), ``max_abs_diff``
-        (all-reduced result against one process), ``partial_max_abs_diff``
-        (worker 0's term alone against one process), ``max_abs_output``, and
-        ``identical_on_all_workers``.
-
-    Raises
-    ------
-    RuntimeError
-        PyTorch, torch.distributed or its gloo backend is missing, or a worker failed.
-    TimeoutError
-        The workers did not all report within ``timeout`` seconds.
-    """
-    import importlib.util
-    import multiprocessing
-    import queue as queue_module
-    import tempfile
-    import time
-
-    for r in range(num_workers):
-        worker_heads(num_heads, num_workers, r)  # p must divide h: fail here, not in every worker
-    if importlib.util.find_spec("torch") is None:
-        raise RuntimeError("run_distributed needs PyTorch (pip install torch), which is not installed")
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    problem = {"batch": batch, "n": n, "m": m, "d_model": d_model, "num_heads": num_heads, "dtype": dtype,
-               "seed": seed}
-    demo_problem(**problem)  # bad sizes raise their ValueError here, before any process starts
-    start = time.monotonic()
-    context = multiprocessing.get_context("spawn")  # fresh interpreters: safe whatever the parent has imported
-    results = context.Queue()
-    reports = {}
-    with tempfile.TemporaryDirectory() as folder:
-        store_path = os.path.join(folder, "store")  # the rendezvous: workers write their addresses here
-        log_paths = [os.path.join(folder, f"worker{r}.log") for r in range(num_workers)]
-        processes = [context.Process(target=_worker, daemon=True,
-                                     args=(r, num_workers, store_path, problem, timeout, results, log_paths[r]))
-                     for r in range(num_workers)]
-
-        def logs_text():
-            texts = []
-            for r, path in enumerate(log_paths):
-                text = ""
-                if os.path.exists(path):
-                    with open(path) as log:
-                        text = log.read().strip()
-                texts.append(f"--- worker {r} log ---\n{text[-2000:] or '(empty)'}")
-            return "\n".join(texts)
-
-        try:
-            for process in processes:
-                process.start()
-            while len(reports) < num_workers:
-                remaining = timeout - (time.monotonic() - start)
-                if remaining <= 0:
-                    raise TimeoutError(f"{num_workers - len(reports)} of {num_workers} workers did not report within "
-                                       f"timeout = {timeout} s\n{logs_text()}")
-                try:
-                    status, rank, payload = results.get(timeout=min(remaining, 0.2))
-                except queue_module.Empty:
-                    dead = [r for r, p in enumerate(processes) if p.exitcode not in (None, 0) and r not in reports]
-                    if dead:
-                        raise RuntimeError(f"worker {dead[0]} exited with code {processes[dead[0]].exitcode} "
-                                           f"without reporting\n{logs_text()}") from None
-                    continue
-                if status == "error":
-                    last = payload.strip().splitlines()[-1]
-                    raise RuntimeError(f"worker {rank} failed: {last}\n{payload}")
-                reports[rank] = payload
-            for process in processes:  # each worker has left the group; wait for it to exit
-                process.join(max(1.0, timeout - (time.monotonic() - start)))
-        finally:
-            for process in processes:  # nothing outlives the call, whatever happened
-                if process.is_alive():
-                    process.terminate()
-                if process.pid is not None:  # started: wait for its exit
-                    process.join(5)
-                if process.is_alive():
-                    process.kill()
-                    process.join()
-            results.close()
-            results.join_thread()
-    outputs = [reports[r]["y"] for r in range(num_workers)]
-    shape = tuple(outputs[0].shape)
-    elements = math.prod(shape)
-    itemsize = outputs[0].dtype.itemsize
-    return {
-        "num_workers": num_workers,
-        "backend": reports[0]["backend"],
-        "heads": [reports[r]["heads"] for r in range(num_workers)],
-        "shape": shape,
-        "dtype": str(outputs[0].dtype),
-        "allreduce_elements": elements,
-        "tensor_bytes": elements * itemsize,
-        "ring_bytes_per_worker": allreduce_bytes(elements, num_workers, itemsize),
-        "max_abs_diff": reports[0]["max_abs_diff"],
-        "partial_max_abs_diff": reports[0]["partial_max_abs_diff"],
-        "max_abs_output": reports[0]["max_abs_output"],
-        "identical_on_all_workers": all(np.array_equal(y, outputs[0]) for y in outputs),
-    }

@@ -1,6 +1,6 @@
 """Interactive panels for the chapters: sliders that redraw a figure.
 
-ipywidgets and matplotlib are imported here only. Every panel is split in two:
+ipywidgets are imported here only (matplotlib here and in ``plotting.py``). Every panel is split in two:
 
 - a pure *draw function* ``draw_<topic>(fig, **values) -> str`` that clears the
   figure, draws it for the given slider values and returns a short text summary
@@ -14,7 +14,22 @@ the default values in an ordinary cell (the figure the website shows), then
 displays the panel with a note that the sliders need a running notebook.
 Only widgets common to ipywidgets 7.7 (Colab) and 8 (JupyterLab, Notebook 7)
 are used: sliders, dropdowns, check boxes, ``Output``, ``HBox``/``VBox``, ``HTML``.
+
+The package imports this module only when a chapter uses it (``M.widgets``), so
+``import mha_lessons`` still needs numpy alone.
 """
+
+import math
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .attention import softmax
+from .complexity import param_count
+from .multihead import init_params, multihead_attention
+from .plotting import heads_mosaic
+from .scaling import attention_logits, entropy
 
 
 def make_panel(draw, controls, figsize=(8, 4)):
@@ -23,9 +38,6 @@ def make_panel(draw, controls, figsize=(8, 4)):
     Returns the ``VBox`` to display. The summary returned by ``draw`` is shown
     under the figure.
     """
-    import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-
     def redraw(**values):  # interactive_output clears the output and calls this on every change
         fig = plt.figure(figsize=figsize)
         summary = draw(fig, **values)
@@ -55,12 +67,6 @@ def draw_multihead(fig, num_heads=4, d_model=64, n=6, seed=0):
     -------
     str : d_k, the parameter count, the output and weight shapes (or the message).
     """
-    import numpy as np
-
-    from .complexity import param_count
-    from .multihead import init_params, multihead_attention
-    from .plotting import heads_mosaic
-
     fig.clear()
     if d_model % num_heads:
         message = (f"d_model = {d_model} is not divisible by h = {num_heads}: every head needs the same whole "
@@ -84,8 +90,6 @@ def draw_multihead(fig, num_heads=4, d_model=64, n=6, seed=0):
 
 def multihead_panel(num_heads=4, d_model=64):
     """Sliders for the number of heads h and the model width d_model, redrawing ``draw_multihead``."""
-    import ipywidgets as widgets
-
     controls = {
         "num_heads": widgets.IntSlider(value=num_heads, min=1, max=16, description="heads h"),
         "d_model": widgets.SelectionSlider(options=MULTIHEAD_WIDTHS, value=d_model, description="d_model"),
@@ -116,13 +120,6 @@ def draw_scaling(fig, d_k=64, scaled=True, seed=0):
     str : the measured and predicted spread, the largest weight and the entropy
     of the row (or a message for a width that is not a positive whole number).
     """
-    import math
-
-    import numpy as np
-
-    from .attention import softmax
-    from .scaling import attention_logits, entropy
-
     fig.clear()
     if isinstance(d_k, bool) or not isinstance(d_k, (int, np.integer)) or d_k < 1:
         message = f"d_k is the number of features of a query or key: a positive whole number, got {d_k!r}."
@@ -169,8 +166,6 @@ def draw_scaling(fig, d_k=64, scaled=True, seed=0):
 
 def scaling_panel(d_k=64, scaled=True):
     """A slider for d_k (powers of two, 1 to 1024) and a check box for the 1/√d_k, redrawing ``draw_scaling``."""
-    import ipywidgets as widgets
-
     if d_k not in SCALING_WIDTHS:
         raise ValueError(f"the d_k slider offers {list(SCALING_WIDTHS)}, got d_k = {d_k!r}")
     controls = {

@@ -3,7 +3,7 @@
 Starts p worker processes (2 by default). Each computes its block of h / p heads and its share of the
 output projection with the package's numpy code (``mha_lessons.parallel.partial_output``), then the
 workers sum their shares with one all-reduce; worker 0 compares the sum with the whole layer computed
-on one process. The work is done by ``mha_lessons.parallel.run_distributed``; this script chooses the
+on one process. The work is done by ``mha_lessons.distributed.run_distributed``; this script chooses the
 problem from the command line and prints what happened: which heads went where, how far the result is
 from the single-process one, and how many bytes the all-reduce moves. It prints no timings, ports or
 process ids, so two runs print the same text.
@@ -72,7 +72,7 @@ def describe(report, args):
 def main(argv=None):
     args = parse(argv)
     try:
-        report = M.parallel.run_distributed(
+        report = M.distributed.run_distributed(
             args.workers, batch=args.batch, n=args.n, m=args.m, d_model=args.d_model, num_heads=args.heads,
             dtype=args.dtype, seed=args.seed, timeout=args.timeout)
     except ValueError as error:  # bad sizes, e.g. p not dividing h

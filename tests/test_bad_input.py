@@ -121,27 +121,33 @@ BAD = {
     "MHAParams h < 0": (lambda: M.MHAParams(-2, EYE, EYE, EYE, EYE), r"num_heads must be a positive integer, got -2"),
     "MHAParams h does not divide": (
         lambda: M.MHAParams(3, EYE, EYE, EYE, EYE),
-        r"d_model = 4 is not divisible by num_heads = 3",
+        r"w_q has shape \(4, 4\): its 4 columns cannot be cut into num_heads = 3 heads of equal width",
     ),
-    "MHAParams w_q not square": (
-        lambda: M.MHAParams(2, np.zeros((4, 2)), EYE, EYE, EYE),
-        r"w_q must be a square \(d_model, d_model\) matrix, got shape \(4, 2\)",
+    "MHAParams w_k narrower than w_q": (
+        lambda: M.MHAParams(2, EYE, np.zeros((4, 2)), EYE, EYE),
+        r"w_k has shape \(4, 2\), expected \(4, 4\) for d_model = 4, h = 2, d_k = 2, d_v = 2",
     ),
     "MHAParams w_q of rank 1": (
         lambda: M.MHAParams(2, np.zeros(4), EYE, EYE, EYE),
-        r"w_q must be a square .* got shape \(4,\)",
+        r"w_q must be a \(d_model, h d\) matrix, got shape \(4,\)",
     ),
     "MHAParams w_o transposed shape": (
-        lambda: M.MHAParams(2, EYE, EYE, EYE, np.zeros((4, 8))),
-        r"w_o has shape \(4, 8\), expected \(d_model, d_model\) = \(4, 4\)",
+        lambda: M.MHAParams(2, EYE, EYE, np.zeros((4, 8)), np.zeros((4, 8))),
+        r"w_o has shape \(4, 8\), expected \(8, 4\) for d_model = 4, h = 2, d_k = 2, d_v = 4",
     ),
     "MHAParams b_k as a column": (
         lambda: M.MHAParams(2, EYE, EYE, EYE, EYE, b_k=np.zeros((4, 1))),
-        r"b_k has shape \(4, 1\), expected \(d_model,\) = \(4,\)",
+        r"b_k has shape \(4, 1\), expected \(4,\) for d_model = 4",
     ),
     "MHAParams complex weights": (
         lambda: M.MHAParams(2, EYE, EYE, EYE * 1j, EYE),
         r"w_v must hold real numbers, got an array of dtype complex128",
+    ),
+    "init_params d_k = 0": (lambda: M.init_params(8, 2, d_k=0), r"d_k must be a positive integer, got 0"),
+    "params_to_torch of other head widths": (
+        lambda: M.params_to_torch(M.init_params(8, 2, d_k=3)),
+        r"torch.nn.MultiheadAttention needs d_k = d_v = d_model / h; these parameters have d_model = 8, h = 2, "
+        r"d_k = 3, d_v = 4",
     ),
     "init_params d_model = 0": (lambda: M.init_params(0, 1), r"d_model must be a positive integer, got 0"),
     "init_params d_model < 0": (lambda: M.init_params(-8, 2), r"d_model must be a positive integer, got -8"),
@@ -187,11 +193,6 @@ BAD = {
         r"x_q must hold real numbers, got an array of dtype complex128",
     ),
     # the torch bridge
-    "params_to_torch of a dict": (lambda: M.params_to_torch({"w_q": EYE}), r"params must be an MHAParams, got dict"),
-    "params_from_torch of an array": (
-        lambda: M.params_from_torch(EYE),
-        r"expected a torch.nn.MultiheadAttention, got ndarray",
-    ),
     "params_from_torch vdim": (
         lambda: M.params_from_torch(torch.nn.MultiheadAttention(8, 2, vdim=5)),
         r"this module has kdim = 8, vdim = 5 but embed_dim = 8; MHAParams needs all three equal",
@@ -225,6 +226,27 @@ BAD = {
 def test_bad_input_raises_value_error_naming_the_numbers(name):
     call, message = BAD[name]
     with pytest.raises(ValueError, match=message):
+        call()
+
+
+# A value of the wrong type is a TypeError that names the type expected and the type given.
+WRONG_TYPE = {
+    "layer params a dict": (lambda: M.multihead_attention(X, X, X, {"w_q": EYE}), r"params must be an MHAParams"),
+    "params_to_torch of a dict": (lambda: M.params_to_torch({"w_q": EYE}), r"params must be an MHAParams, got dict"),
+    "params_from_torch of an array": (
+        lambda: M.params_from_torch(EYE),
+        r"expected a torch.nn.MultiheadAttention, got ndarray",
+    ),
+    "shard_params of a dict": (lambda: M.parallel.shard_params({}, 2, 0), r"params must be an MHAParams \(see init_params\), got dict"),
+    "partial_output of full params": (
+        lambda: M.parallel.partial_output(X, X, X, P), r"shard must be a ParamShard \(see shard_params\), got MHAParams"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_TYPE, ids=list(WRONG_TYPE))
+def test_a_wrong_type_raises_type_error_naming_the_types(name):
+    call, message = WRONG_TYPE[name]
+    with pytest.raises(TypeError, match=message):
         call()
 
 

@@ -306,5 +306,5 @@ def test_layer_backward_bad_input(rng):
         mha_backward(x, x, x, params, np.ones((3, 4)))
     with pytest.raises(ValueError, match="no gradient"):
         grads_from_torch(M.params_to_torch(params))
-    with pytest.raises(ValueError, match="expected a torch.nn.MultiheadAttention, got Linear"):
+    with pytest.raises(TypeError, match="expected a torch.nn.MultiheadAttention, got Linear"):
         grads_from_torch(torch.nn.Linear(2, 2))

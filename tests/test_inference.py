@@ -457,3 +457,18 @@ def test_earlier_changed_matches_the_cache_oracle():
     np.testing.assert_allclose(np.array(rows), full, rtol=1e-12, atol=1e-12)  # decoding = causal full pass
     assert M.exercises.check_earlier_changed(
         lambda x, params, causal: np.zeros(len(x) - 1, bool) if causal else np.ones(len(x) - 1, bool)).ok
+
+
+def test_a_layer_style_mask_is_not_silently_read_as_one_mask_per_head(rng):
+    # With B = h, a (B, n, m) padding mask broadcasts to (B, h, n, m) as if it were (h, n, m): torch's SDPA
+    # rule, and a silent wrong answer for a reader who meant one mask per sequence. It is refused instead.
+    B = h = 2
+    q, k = rng.normal(size=(B, h, 3, 4)), rng.normal(size=(B, 1, 5, 4))
+    per_sequence = np.ones((B, 3, 5), bool)
+    per_sequence[0, :, 3:] = False  # sequence 0 has two padded keys
+    with pytest.raises(ValueError, match=r"a mask of shape \(2, 3, 5\) is ambiguous .* B = h = 2: .* mask\[:, None\]"):
+        grouped_query_attention(q, k, k, per_sequence)
+    out, weights = grouped_query_attention(q, k, k, per_sequence[:, None])  # (B, 1, n, m): what was meant
+    assert np.all(weights[0, :, :, 3:] == 0) and np.all(weights[1] > 0)
+    ref = M.scaled_dot_product_attention(q, k, k, per_sequence[:, None])[0]  # h_kv = 1 broadcast over heads
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)

@@ -164,7 +164,7 @@ def test_params_from_torch_rejects_what_it_cannot_represent():
         M.params_from_torch(torch.nn.MultiheadAttention(8, 2, kdim=3))
     with pytest.raises(ValueError, match="add_bias_kv"):
         M.params_from_torch(torch.nn.MultiheadAttention(8, 2, add_bias_kv=True))
-    with pytest.raises(ValueError, match="expected a torch.nn.MultiheadAttention, got Linear"):
+    with pytest.raises(TypeError, match="expected a torch.nn.MultiheadAttention, got Linear"):
         M.params_from_torch(torch.nn.Linear(2, 2))
 
 
@@ -214,9 +214,9 @@ def test_bad_num_heads(h):
 
 def test_parameter_of_the_wrong_shape():
     p = M.init_params(8, 2)
-    with pytest.raises(ValueError, match=r"w_k has shape \(8, 4\), expected \(d_model, d_model\) = \(8, 8\)"):
+    with pytest.raises(ValueError, match=r"w_k has shape \(8, 4\), expected \(8, 8\) for d_model = 8, h = 2, d_k = 4, d_v = 4"):
         M.MHAParams(2, p.w_q, p.w_k[:, :4], p.w_v, p.w_o)
-    with pytest.raises(ValueError, match=r"b_o has shape \(7,\), expected \(d_model,\) = \(8,\)"):
+    with pytest.raises(ValueError, match=r"b_o has shape \(7,\), expected \(8,\) for d_model = 8"):
         M.MHAParams(2, p.w_q, p.w_k, p.w_v, p.w_o, b_o=np.zeros(7))
 
 
@@ -233,7 +233,7 @@ def test_multihead_bad_input_messages(rng):
         M.multihead_attention(x, x, x, p, mask=np.ones((3, 3), int))
     with pytest.raises(ValueError, match=r"x_q of shape \(0, 8\) has n = 0"):
         M.multihead_attention(np.zeros((0, 8)), x, x, p)
-    with pytest.raises(ValueError, match="params must be an MHAParams"):
+    with pytest.raises(TypeError, match="params must be an MHAParams"):
         M.multihead_attention(x, x, x, {"w_q": p.w_q})
 
 

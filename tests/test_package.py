@@ -24,3 +24,19 @@ def test_public_api_is_exported():
 def test_every_submodule_is_an_attribute():
     for name in M._SUBMODULES:
         assert getattr(M, name).__name__ == f"mha_lessons.{name}"
+
+
+def test_every_exercise_checker_is_imported_by_name_into_exercises():
+    import importlib
+    import pkgutil
+
+    import mha_lessons.exercises as E
+
+    for info in pkgutil.iter_modules(E.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"mha_lessons.exercises.{info.name}")
+        for name in (n for n in dir(module) if n.startswith("check_")):
+            assert getattr(E, name, None) is getattr(module, name), \
+                f"{info.name}.{name} is not imported by name in mha_lessons/exercises/__init__.py"
+            assert name in E.__all__, f"{name} is missing from mha_lessons.exercises.__all__"

@@ -190,17 +190,19 @@ def test_bad_worker_counts_and_ranks(p, rank, words):
 
 def test_bad_shards_and_inputs_are_named(rng):
     params = M.init_params(8, 4)
-    with pytest.raises(ValueError, match="params must be an MHAParams"):
+    with pytest.raises(TypeError, match="params must be an MHAParams"):
         shard_params({"w_q": params.w_q}, 2, 0)
     shard = shard_params(params, 2, 0)
-    with pytest.raises(ValueError, match=r"x_k has shape \(3, 6\), but the shard expects d_model = 8"):
+    with pytest.raises(ValueError, match=r"x_k has shape \(3, 6\), but the parameters expect d_model = 8"):
         partial_output(np.ones((3, 8)), np.ones((3, 6)), np.ones((3, 8)), shard)
-    with pytest.raises(ValueError, match="shard must be a ParamShard"):
+    with pytest.raises(TypeError, match="shard must be a ParamShard"):
         partial_output(np.ones((3, 8)), np.ones((3, 8)), np.ones((3, 8)), params)
     with pytest.raises(ValueError, match=r"mask of shape \(3, 2\) does not broadcast"):
         partial_output(np.ones((3, 8)), np.ones((3, 8)), np.ones((3, 8)), shard, np.ones((3, 2), dtype=bool))
     with pytest.raises(ValueError, match=r"w_o has shape \(8, 4\), expected \(4, 8\)"):
-        ParamShard(0, 2, range(0, 2), shard.w_q, shard.w_k, shard.w_v, shard.w_o.T)
+        ParamShard(2, shard.w_q, shard.w_k, shard.w_v, shard.w_o.T, rank=0, num_workers=2)
+    with pytest.raises(ValueError, match=r"rank must be an integer in \[0, num_workers\) = \[0, 2\), got 2"):
+        ParamShard(2, shard.w_q, shard.w_k, shard.w_v, shard.w_o, rank=2, num_workers=2)
 
 
 # ---------------------------------------------------------------- the all-reduce and what it costs
@@ -268,23 +270,23 @@ def test_script_runs_two_gloo_processes_and_matches_one_process():
 
 def test_a_run_that_cannot_finish_in_time_times_out_and_leaves_no_process():
     with pytest.raises(TimeoutError, match="did not report within timeout = 0.05 s"):
-        M.parallel.run_distributed(2, timeout=0.05)
+        M.distributed.run_distributed(2, timeout=0.05)
     assert multiprocessing.active_children() == []
 
 
 def test_missing_gloo_and_bad_sizes_are_clear_errors():
     with pytest.raises(RuntimeError, match="no gloo backend"):
-        M.parallel._require_gloo(SimpleNamespace(is_available=lambda: True, is_gloo_available=lambda: False))
+        M.distributed.require_gloo(SimpleNamespace(is_available=lambda: True, is_gloo_available=lambda: False))
     with pytest.raises(RuntimeError, match="no torch.distributed support"):
-        M.parallel._require_gloo(SimpleNamespace(is_available=lambda: False, is_gloo_available=lambda: False))
+        M.distributed.require_gloo(SimpleNamespace(is_available=lambda: False, is_gloo_available=lambda: False))
     with pytest.raises(ValueError, match="p = 3 does not divide num_heads = h = 4"):  # before any process starts
-        M.parallel.run_distributed(3)
+        M.distributed.run_distributed(3)
     with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
-        M.parallel.run_distributed(2, n=0)
+        M.distributed.run_distributed(2, n=0)
     with pytest.raises(ValueError, match="d_model = 10 is not divisible by num_heads = 4"):
-        M.parallel.run_distributed(2, d_model=10)
+        M.distributed.run_distributed(2, d_model=10)
     with pytest.raises(ValueError, match="timeout must be a positive number"):
-        M.parallel.run_distributed(2, timeout=0)
+        M.distributed.run_distributed(2, timeout=0)
     assert load_script().main(["--workers", "3"]) == 2
 
 

@@ -14,24 +14,10 @@ import torch
 
 import mha_lessons as M
 from mha_lessons.grads import gradcheck, grads_from_torch
+from mha_lessons.task import (
+    IGNORE, RELATIONS, distinct_queries, make_task, relation_mask, relation_positions, relation_score)
 from mha_lessons.training import (
-    IGNORE,
-    RELATIONS,
-    TinyModel,
-    accuracy,
-    adam_step,
-    cross_entropy,
-    distinct_queries,
-    forward,
-    head_attention,
-    init_model,
-    loss_and_grads,
-    make_task,
-    relation_mask,
-    relation_positions,
-    relation_score,
-    train,
-)
+    TinyModel, accuracy, adam_step, cross_entropy, forward, head_attention, init_model, loss_and_grads, train)
 
 from common import FD_ATOL_REL, FD_RTOL, RTOL, close
 

@@ -6,25 +6,41 @@ if yours matches one of those it names the mistake in plain words, otherwise it 
 (the shape, a NaN, the largest wrong entry). It returns a :class:`Verdict`, which a notebook shows
 as one line and which is true when the answer is right.
 
-The checkers of each chapter live in a module of this package (``ch01``, ``ch03``, ...). Every
-``check_...`` function of those modules is also available here, so a chapter writes
-``M.exercises.check_band_mask(my_mask)``.
+The checkers of each chapter live in a module of this package (``ch01``, ``ch03``, ...) and are
+imported here by name, so a chapter writes ``M.exercises.check_band_mask(my_mask)`` and a reader can
+see below where each one comes from.
 """
 
-import importlib
-import pkgutil
-
 from ._verdict import Verdict, call_learner, compare
+from .ch01 import (
+    check_zero_query_weights, check_attend_one, check_band_mask, check_attention, check_shifted_weights)
+from .ch02 import (
+    check_variance_prediction, check_self_score_moments, check_uniform_jacobian, check_score_divisor)
+from .ch03 import (
+    check_head_choices, check_split_heads, check_combine_heads, check_key_bias_change,
+    check_unexplained_fraction)
+from .ch04 import check_cross_attention_flops, check_weights_memory_length, check_float32_weights
+from .ch05 import check_weighted_sum_backward, check_temperature_gradient, check_causal_gradient_rows
+from .ch06 import (
+    check_batch_mask, check_torch_key_padding_mask, check_sliding_window_mask, check_changed_positions,
+    check_chunk_outputs)
+from .ch07 import check_running_max_sum, check_merge_states, check_causal_blocks, check_weights_from_lse
+from .ch08 import check_cache_bytes, check_expand_kv, check_mean_pool_kv, check_earlier_changed
+from .ch09 import check_w_o_rows, check_allreduce_bytes, check_worker_output, check_split_head_counts
+from .ch10 import check_relation_positions, check_relation_score, check_both_right, check_head_weights
 
-__all__ = ["Verdict", "call_learner", "compare"]
-
-_CHAPTER_MODULES = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
-
-for _module_name in _CHAPTER_MODULES:
-    _module = importlib.import_module(f".{_module_name}", __name__)
-    for _name in dir(_module):
-        if _name.startswith("check_"):
-            if _name in globals():
-                raise ImportError(f"two exercise modules define {_name}; the second is {_module.__name__}")
-            globals()[_name] = getattr(_module, _name)
-            __all__.append(_name)
+__all__ = [
+    "Verdict", "call_learner", "compare",
+    "check_zero_query_weights", "check_attend_one", "check_band_mask", "check_attention",
+    "check_shifted_weights", "check_variance_prediction", "check_self_score_moments",
+    "check_uniform_jacobian", "check_score_divisor", "check_head_choices", "check_split_heads",
+    "check_combine_heads", "check_key_bias_change", "check_unexplained_fraction",
+    "check_cross_attention_flops", "check_weights_memory_length", "check_float32_weights",
+    "check_weighted_sum_backward", "check_temperature_gradient", "check_causal_gradient_rows",
+    "check_batch_mask", "check_torch_key_padding_mask", "check_sliding_window_mask",
+    "check_changed_positions", "check_chunk_outputs", "check_running_max_sum", "check_merge_states",
+    "check_causal_blocks", "check_weights_from_lse", "check_cache_bytes", "check_expand_kv",
+    "check_mean_pool_kv", "check_earlier_changed", "check_w_o_rows", "check_allreduce_bytes",
+    "check_worker_output", "check_split_head_counts", "check_relation_positions", "check_relation_score",
+    "check_both_right", "check_head_weights",
+]

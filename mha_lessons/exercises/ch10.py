@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..attention import causal_mask, softmax
-from ..training import distinct_queries, relation_mask, relation_positions, relation_score
+from ..task import distinct_queries, relation_mask, relation_positions, relation_score
 from ._verdict import call_learner, compare
 
 
@@ -18,7 +18,7 @@ def check_relation_positions(my_relation_positions):
     transposed rows.
 
     >>> import mha_lessons as M
-    >>> M.exercises.check_relation_positions(M.training.relation_positions)
+    >>> M.exercises.check_relation_positions(M.task.relation_positions)
     Right: both rows match, for n = 10 and segments of 4.
     """
     n, segment = 10, 4
@@ -59,7 +59,7 @@ def check_relation_score(my_relation_score):
     measuring the weight, and measuring the weight that misses the relation.
 
     >>> import mha_lessons as M
-    >>> M.exercises.check_relation_score(M.training.relation_score)
+    >>> M.exercises.check_relation_score(M.task.relation_score)
     Right: your score matches the package's on random weights with empty rows.
     """
     n, segment = 6, 3
@@ -96,7 +96,7 @@ def check_both_right(my_both_right):
     >>> import mha_lessons as M
     >>> def both_right(predictions, targets, segment):
     ...     right = (predictions == targets).all(axis=-1)
-    ...     return right[:, M.training.distinct_queries(targets.shape[1], segment)].mean()
+    ...     return right[:, M.task.distinct_queries(targets.shape[1], segment)].mean()
     >>> M.exercises.check_both_right(both_right)
     Right: your accuracy matches, on 50 sequences of 8 tokens.
     """
@@ -137,8 +137,8 @@ def check_head_weights(head_weights):
 
     >>> import numpy as np, mha_lessons as M
     >>> def head_weights(weights, segment):
-    ...     previous, first = M.training.relation_positions(weights.shape[-1], segment)
-    ...     queries = np.flatnonzero(M.training.distinct_queries(weights.shape[-1], segment))
+    ...     previous, first = M.task.relation_positions(weights.shape[-1], segment)
+    ...     queries = np.flatnonzero(M.task.distinct_queries(weights.shape[-1], segment))
     ...     return weights[:, queries, previous[queries]], weights[:, queries, first[queries]]
     >>> M.exercises.check_head_weights(head_weights)
     Right: p and q of both heads, at the 6 positions where the relations differ.

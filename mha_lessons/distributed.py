@@ -1,0 +1,211 @@
+"""Head parallelism on real processes: p workers joined by ``torch.distributed`` (chapter 9).
+
+``parallel.py`` holds the arithmetic of a split layer (shards, partial outputs,
+the all-reduce); this module starts the processes, lets them find each other,
+runs one worker's share in each, and checks the all-reduced result against one
+process. torch is imported inside the functions only.
+
+Axis names as in ``parallel.py``: p workers, r a worker's rank.
+"""
+
+import math
+import os
+
+import numpy as np
+
+from .multihead import multihead_attention
+from .parallel import allreduce_bytes, demo_problem, partial_output, shard_params, worker_heads
+
+
+def loopback_interface():
+    """The name of the loopback network interface ('lo' on Linux, 'lo0' on macOS), or None."""
+    import socket
+
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (AttributeError, OSError):  # not available on every platform
+        return None
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def require_gloo(dist):
+    """Raise a RuntimeError that says what is missing if ``dist`` (torch.distributed) cannot run gloo."""
+    if not dist.is_available():
+        raise RuntimeError("this PyTorch build has no torch.distributed support, so run_distributed cannot run")
+    if not dist.is_gloo_available():
+        raise RuntimeError("this PyTorch build has no gloo backend (torch.distributed.is_gloo_available() is "
+                           "False); run_distributed needs gloo to all-reduce between CPU processes")
+
+
+def worker_process(rank, num_workers, store_path, problem, timeout, queue, log_path):
+    """One process of ``run_distributed``: join the group, compute a partial output, all-reduce it, report."""
+    import traceback
+
+    # this process's own output (a warning of gloo's, say) goes to a log file, not into the notebook or
+    # terminal that started it; the parent quotes the log if something fails
+    with open(log_path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        from datetime import timedelta
+
+        import torch
+        import torch.distributed as dist
+
+        require_gloo(dist)
+        torch.set_num_threads(1)
+        interface = loopback_interface()
+        if interface is not None:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)  # gloo connects the workers over 127.0.0.1
+        store = dist.FileStore(store_path, num_workers)  # where the workers find each other's addresses
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=num_workers,
+                                timeout=timedelta(seconds=timeout))
+        try:
+            x_q, x_kv, params, mask = demo_problem(**problem)
+            shard = shard_params(params, num_workers, rank)  # this worker's heads and slices only
+            y_r, _ = partial_output(x_q, x_kv, x_kv, shard, mask)  # (B, n, d_model), one term of the sum
+            tensor = torch.from_numpy(y_r.copy())  # a copy: the all-reduce overwrites it, rank 0 needs y_r
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)  # the layer's only communication: sum over workers
+            y = tensor.numpy()  # (B, n, d_model), the same on every worker
+            report = {"rank": rank, "heads": list(shard.heads), "backend": dist.get_backend(), "y": y}
+            if rank == 0:  # rank 0 checks against the whole layer computed by one process
+                y_single, _ = multihead_attention(x_q, x_kv, x_kv, params, mask)
+                report["max_abs_diff"] = float(np.abs(y - y_single).max())
+                report["partial_max_abs_diff"] = float(np.abs(y_r - y_single).max())
+                report["max_abs_output"] = float(np.abs(y_single).max())
+            queue.put(("ok", rank, report))
+        finally:
+            dist.destroy_process_group()
+    except BaseException:  # report every failure to the parent, which raises it with this traceback
+        queue.put(("error", rank, traceback.format_exc()))
+        raise
+
+
+def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4, dtype="float64", seed=0,
+                    timeout=60.0):
+    """Run head-parallel attention on ``num_workers`` real processes and check it against one process.
+
+    The workers are started with the ``spawn`` method (fresh interpreters,
+    whatever the calling process has imported or started). They find each
+    other through a file store in a temporary folder, so no port has to be
+    chosen in advance, and join a ``torch.distributed`` group with the gloo
+    backend, which connects them over the loopback interface (127.0.0.1).
+    Each computes its ``partial_output`` with this package's numpy code on
+    ``demo_problem``'s inputs, turns it into a torch tensor and all-reduces it
+    (sum). Worker 0 compares the result with ``multihead_attention`` on the
+    whole layer. Every worker leaves the group with ``destroy_process_group``;
+    a worker that fails, hangs or dies is reported with its log, and no worker
+    outlives the call.
+
+    Parameters
+    ----------
+    num_workers : int, dividing ``num_heads``
+    batch, n, m, d_model, num_heads, dtype, seed : the problem, see ``demo_problem``
+    timeout : float
+        Seconds for the whole run (starting the processes included) and for
+        each collective operation.
+
+    Returns
+    -------
+    dict
+        ``num_workers``, ``backend``, ``heads`` (per rank), ``shape`` of the
+        all-reduced tensor, ``dtype``, ``allreduce_elements``, ``tensor_bytes``,
+        ``ring_bytes_per_worker`` (``allreduce_bytes``), ``max_abs_diff``
+        (all-reduced result against one process), ``partial_max_abs_diff``
+        (worker 0's term alone against one process), ``max_abs_output``, and
+        ``identical_on_all_workers``.
+
+    Raises
+    ------
+    RuntimeError
+        PyTorch, torch.distributed or its gloo backend is missing, or a worker failed.
+    TimeoutError
+        The workers did not all report within ``timeout`` seconds.
+    """
+    import importlib.util
+    import multiprocessing
+    import queue as queue_module
+    import tempfile
+    import time
+
+    for r in range(num_workers):
+        worker_heads(num_heads, num_workers, r)  # p must divide h: fail here, not in every worker
+    if importlib.util.find_spec("torch") is None:
+        raise RuntimeError("run_distributed needs PyTorch (pip install torch), which is not installed")
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    problem = {"batch": batch, "n": n, "m": m, "d_model": d_model, "num_heads": num_heads, "dtype": dtype,
+               "seed": seed}
+    demo_problem(**problem)  # bad sizes raise their ValueError here, before any process starts
+    start = time.monotonic()
+    context = multiprocessing.get_context("spawn")  # fresh interpreters: safe whatever the parent has imported
+    results = context.Queue()
+    reports = {}
+    with tempfile.TemporaryDirectory() as folder:
+        store_path = os.path.join(folder, "store")  # the rendezvous: workers write their addresses here
+        log_paths = [os.path.join(folder, f"worker{r}.log") for r in range(num_workers)]
+        processes = [context.Process(target=worker_process, daemon=True,
+                                     args=(r, num_workers, store_path, problem, timeout, results, log_paths[r]))
+                     for r in range(num_workers)]
+
+        def logs_text():
+            texts = []
+            for r, path in enumerate(log_paths):
+                text = ""
+                if os.path.exists(path):
+                    with open(path) as log:
+                        text = log.read().strip()
+                texts.append(f"--- worker {r} log ---\n{text[-2000:] or '(empty)'}")
+            return "\n".join(texts)
+
+        try:
+            for process in processes:
+                process.start()
+            while len(reports) < num_workers:
+                remaining = timeout - (time.monotonic() - start)
+                if remaining <= 0:
+                    raise TimeoutError(f"{num_workers - len(reports)} of {num_workers} workers did not report within "
+                                       f"timeout = {timeout} s\n{logs_text()}")
+                try:
+                    status, rank, payload = results.get(timeout=min(remaining, 0.2))
+                except queue_module.Empty:
+                    dead = [r for r, p in enumerate(processes) if p.exitcode not in (None, 0) and r not in reports]
+                    if dead:
+                        raise RuntimeError(f"worker {dead[0]} exited with code {processes[dead[0]].exitcode} "
+                                           f"without reporting\n{logs_text()}") from None
+                    continue
+                if status == "error":
+                    last = payload.strip().splitlines()[-1]
+                    raise RuntimeError(f"worker {rank} failed: {last}\n{payload}")
+                reports[rank] = payload
+            for process in processes:  # each worker has left the group; wait for it to exit
+                process.join(max(1.0, timeout - (time.monotonic() - start)))
+        finally:
+            for process in processes:  # nothing outlives the call, whatever happened
+                if process.is_alive():
+                    process.terminate()
+                if process.pid is not None:  # started: wait for its exit
+                    process.join(5)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
+            results.close()
+            results.join_thread()
+    outputs = [reports[r]["y"] for r in range(num_workers)]
+    shape = tuple(outputs[0].shape)
+    elements = math.prod(shape)
+    itemsize = outputs[0].dtype.itemsize
+    return {
+        "num_workers": num_workers,
+        "backend": reports[0]["backend"],
+        "heads": [reports[r]["heads"] for r in range(num_workers)],
+        "shape": shape,
+        "dtype": str(outputs[0].dtype),
+        "allreduce_elements": elements,
+        "tensor_bytes": elements * itemsize,
+        "ring_bytes_per_worker": allreduce_bytes(elements, num_workers, itemsize),
+        "max_abs_diff": reports[0]["max_abs_diff"],
+        "partial_max_abs_diff": reports[0]["partial_max_abs_diff"],
+        "max_abs_output": reports[0]["max_abs_output"],
+        "identical_on_all_workers": all(np.array_equal(y, outputs[0]) for y in outputs),
+    }
