@@ -219,8 +219,8 @@ def main():
     print("1. time against n")
     rows_n = sweep_n(ns)
     large = [r for r in rows_n if r[0] >= (256 if args.quick else 1024)]
-    slope, _, se = M.scaling.fit_loglog_slope([r[0] for r in large], [r[1] for r in large])
-    slope_t, _, se_t = M.scaling.fit_loglog_slope([r[0] for r in large], [r[2] for r in large])
+    slope, _, se = M.stats.fit_loglog_slope([r[0] for r in large], [r[1] for r in large])
+    slope_t, _, se_t = M.stats.fit_loglog_slope([r[0] for r in large], [r[2] for r in large])
     print("2. time against d_model")
     sweep_width(widths)
     print("3. the target point")

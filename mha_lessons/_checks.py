@@ -44,12 +44,24 @@ def broadcast_batch(shapes_by_name):
         raise ValueError(f"batch dimensions do not broadcast: {listed}") from None
 
 
+def is_int(value):
+    """True for a Python or numpy integer, False for a bool (which Python counts as an int) and anything else."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def require_positive_int(value, name):
     """Raise ValueError unless ``value`` is an int (not a bool) of at least 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_int(value):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value}")
+
+
+def require_int_at_least(value, name, minimum):
+    """``value`` as an int, or ValueError unless it is an int (not a bool) of at least ``minimum``."""
+    if not is_int(value) or value < minimum:
+        raise ValueError(f"{name} must be an integer of at least {minimum}, got {value!r}")
+    return int(value)
 
 
 def require_softmax_axis(x, axis):

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_attention_inputs, require_positive_int, require_softmax_axis
+from ._checks import as_float_array, check_attention_inputs, is_int, require_positive_int, require_softmax_axis
 
 
 def softmax(x, axis=-1):
@@ -126,7 +126,7 @@ def causal_mask(n, m=None, *, align="top-left"):
     """
     m = n if m is None else m
     for name, value in (("n", n), ("m", m)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"causal_mask needs positive integer sizes, got {name} = {value!r}")
     if align == "top-left":
         offset = 0  # query i stands at position i

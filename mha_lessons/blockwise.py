@@ -23,11 +23,11 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_attention_inputs, require_softmax_axis
+from ._checks import as_float_array, check_attention_inputs, is_int, require_softmax_axis
 
 
 def _check_block(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer (a number of positions per block), got {value!r}")
     return int(value)
 

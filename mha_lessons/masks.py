@@ -24,7 +24,7 @@ converters take and return numpy arrays; ``np.asarray`` accepts CPU tensors and
 
 import numpy as np
 
-from ._checks import require_positive_int
+from ._checks import is_int, require_positive_int
 from .attention import padding_mask
 
 
@@ -218,7 +218,7 @@ def from_torch_masks(key_padding_mask=None, attn_mask=None, *, num_heads=1):
                            "one that holds only 0 and -inf becomes boolean with attn_mask != 0")
         if blocked.ndim == 3:
             pages = blocked.shape[0]
-            if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) or num_heads < 1 \
+            if not is_int(num_heads) or num_heads < 1 \
                     or pages % num_heads:
                 raise ValueError(
                     f"a 3-D attn_mask of shape {blocked.shape} needs num_heads dividing its {pages} pages, "

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import require_positive_int
+from ._checks import is_int, require_positive_int
 from .multihead import MHAParams, init_params, multihead_attention
 
 
@@ -59,7 +59,7 @@ def worker_heads(num_heads, num_workers, rank):
             f"a whole number of heads (h / p = {num_heads / num_workers:g}); choose p among the divisors of h: "
             f"{divisors}"
         )
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_workers:
+    if not is_int(rank) or not 0 <= rank < num_workers:
         raise ValueError(f"rank must be an integer in [0, num_workers) = [0, {num_workers}), got {rank!r}")
     per_worker = num_heads // num_workers  # h_r
     return range(rank * per_worker, (rank + 1) * per_worker)
@@ -81,8 +81,7 @@ class ParamShard(MHAParams):
     def __post_init__(self):
         super().__post_init__()
         require_positive_int(self.num_workers, "num_workers")
-        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) \
-                or not 0 <= self.rank < self.num_workers:
+        if not is_int(self.rank) or not 0 <= self.rank < self.num_workers:
             raise ValueError(f"rank must be an integer in [0, num_workers) = [0, {self.num_workers}), got {self.rank!r}")
 
     @property

@@ -32,8 +32,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_float_array, require_ndim
+from ._checks import as_float_array, require_int_at_least, require_ndim
 from .attention import softmax
+from .stats import entropy
 
 # What the raw scores q·k are divided by before the softmax.
 DIVISORS = {
@@ -46,12 +47,6 @@ _CHUNK = 1 << 20  # draw at most about a million numbers at a time, whatever d_k
 
 
 # ----------------------------------------------------------------------------- input checks
-
-def _positive_int(value, name, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer of at least {minimum}, got {value!r}")
-    return int(value)
-
 
 def _widths(d_ks):
     """d_ks as a 1-D integer array of widths, each at least 1."""
@@ -155,41 +150,6 @@ def dot_product_kurtosis(d_k):
     return float(kurtosis) if widths.ndim == 0 else kurtosis
 
 
-def variance_standard_error(variance, kurtosis, n_samples):
-    """Standard error of the unbiased sample variance of ``n_samples`` independent draws.
-
-    For draws with variance σ² and kurtosis κ = E[(x - μ)⁴] / σ⁴ the unbiased
-    sample variance S² has Var[S²] = σ⁴ (κ - (N - 3) / (N - 1)) / N, so the
-    standard error is its square root. For normal draws (κ = 3) this is about
-    σ² √(2 / N).
-
-    Parameters
-    ----------
-    variance : float or ndarray
-        The true variance σ² (or an estimate of it).
-    kurtosis : float or ndarray, at least 1
-    n_samples : int, at least 2
-
-    Returns
-    -------
-    float or ndarray, broadcast from ``variance`` and ``kurtosis``
-
-    Examples
-    --------
-    >>> round(variance_standard_error(1.0, 3.0, 1000), 4)       # ≈ √(2 / 1000)
-    0.0447
-    """
-    n = _positive_int(n_samples, "n_samples", minimum=2)
-    variance, kurtosis = np.asarray(variance, dtype=float), np.asarray(kurtosis, dtype=float)
-    if np.any(variance < 0) or np.any(kurtosis < 1):
-        raise ValueError(
-            f"need variance >= 0 and kurtosis >= 1 (every distribution has kurtosis at least 1), "
-            f"got variance {variance.tolist()} and kurtosis {kurtosis.tolist()}"
-        )
-    se = variance * np.sqrt((kurtosis - (n - 3) / (n - 1)) / n)
-    return float(se) if se.ndim == 0 else se
-
-
 # ----------------------------------------------------------------------------- Monte Carlo
 
 def sample_qk(n_samples, d_k, *, mean_q=0.0, mean_k=0.0, std_q=1.0, std_k=1.0, corr=0.0, rng=None):
@@ -217,8 +177,8 @@ def sample_qk(n_samples, d_k, *, mean_q=0.0, mean_k=0.0, std_q=1.0, std_k=1.0, c
     >>> q.shape, k.shape
     ((5, 3), (5, 3))
     """
-    n = _positive_int(n_samples, "n_samples")
-    d = _positive_int(d_k, "d_k")
+    n = require_int_at_least(n_samples, "n_samples", 1)
+    d = require_int_at_least(d_k, "d_k", 1)
     _check_distribution(mean_q, mean_k, std_q, std_k, corr)
     rng = np.random.default_rng(rng)
     z_q = rng.standard_normal((n, d))  # (N, d_k)
@@ -268,7 +228,7 @@ def dot_product_variance(d_ks, n_samples, *, seed=0, **distribution):
     (array([ 4., 64.]), array([1.  , 0.99]))
     """
     widths = _widths(d_ks)
-    n = _positive_int(n_samples, "n_samples", minimum=2)
+    n = require_int_at_least(n_samples, "n_samples", 2)
     unknown = set(distribution) - {"mean_q", "mean_k", "std_q", "std_k", "corr"}
     if unknown:
         raise ValueError(f"unknown distribution parameters {sorted(unknown)}")
@@ -289,88 +249,7 @@ def dot_product_variance(d_ks, n_samples, *, seed=0, **distribution):
     return DotProductStats(widths, n_samples=n, **fields)
 
 
-def fit_loglog_slope(x, y, rel_se=None):
-    """Least-squares line through (log x, log y), with the standard error of its slope.
-
-    If y ∝ x^p, the points (log x, log y) lie on a line of slope p. Each log y
-    has standard error ≈ ``rel_se`` (the relative standard error of y, by the
-    delta method: d log y = dy / y), the points are independent, and the
-    ordinary least-squares slope b = Σ (u_i - ū) log y_i / Σ (u_i - ū)² with
-    u = log x then has Var[b] = Σ (u_i - ū)² rel_se_i² / (Σ (u_i - ū)²)².
-
-    Parameters
-    ----------
-    x, y : array_like, (W,), positive
-    rel_se : float or array_like, (W,), optional
-        Relative standard error of each y, when it is known (a Monte Carlo
-        estimate). Without it (timings, whose noise is unknown) the slope's
-        standard error is estimated from the scatter of the points about the
-        line: √(s² / Σ (u_i - ū)²), s² the residual variance on W - 2 degrees
-        of freedom (NaN for two points).
-
-    Returns
-    -------
-    slope, intercept, slope_se : float
-        The line is log y = intercept + slope log x (natural logarithms).
-
-    Examples
-    --------
-    >>> slope, intercept, se = fit_loglog_slope([1, 10, 100], [2, 20, 200], 0.01)
-    >>> round(slope, 6), round(math.exp(intercept), 6), round(se, 5)
-    (1.0, 2.0, 0.00307)
-    """
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.ndim != 1 or x.shape != y.shape or len(x) < 2:
-        raise ValueError(f"x and y must be 1-D of the same length, at least 2, got shapes {x.shape} and {y.shape}")
-    if np.any(x <= 0) or np.any(y <= 0):
-        raise ValueError(f"a log-log fit needs positive x and y, got x {x.tolist()} and y {y.tolist()}")
-    if np.all(x == x[0]):
-        raise ValueError(f"all x are equal ({x[0]}); a slope needs at least two different x")
-    u, v = np.log(x), np.log(y)
-    du = u - u.mean()
-    sxx = np.sum(du**2)
-    slope = np.sum(du * v) / sxx
-    intercept = v.mean() - slope * u.mean()
-    if rel_se is not None:
-        rel_se = np.broadcast_to(np.asarray(rel_se, dtype=float), x.shape)
-        slope_se = math.sqrt(np.sum(du**2 * rel_se**2)) / sxx
-    else:
-        dof = len(x) - 2
-        residuals = v - intercept - slope * u
-        slope_se = math.sqrt(np.sum(residuals**2) / dof / sxx) if dof > 0 else float("nan")
-    return float(slope), float(intercept), float(slope_se)
-
-
 # ----------------------------------------------------------------------------- the softmax of a row
-
-def entropy(p, axis=-1):
-    """Shannon entropy -Σ p log p (in nats) of probability vectors along ``axis``, with 0 log 0 = 0.
-
-    It is log m for the uniform distribution over m keys and 0 for a one-hot one.
-
-    Parameters
-    ----------
-    p : array_like, any shape with at least one axis
-        Non-negative, summing to 1 along ``axis``.
-
-    Returns
-    -------
-    ndarray, the shape of ``p`` without ``axis``
-
-    Examples
-    --------
-    >>> float(entropy([0.25, 0.25, 0.25, 0.25])) == math.log(4)
-    True
-    >>> float(entropy([1.0, 0.0, 0.0]))
-    0.0
-    """
-    p = as_float_array(p, "p")
-    require_ndim(p, "p", 1, "(..., m)")
-    if np.any(p < 0):
-        raise ValueError(f"probabilities cannot be negative, got a minimum of {p.min()}")
-    logs = np.log(p, out=np.zeros_like(p), where=p > 0)  # 0 log 0 = 0
-    return 0.0 - np.sum(p * logs, axis=axis)  # 0.0 - x, not -x, so that a one-hot row gives 0.0, not -0.0
-
 
 def _key_correlations(corr, m):
     """corr as an (m,) array of per-key correlations in [-1, 1] (a number applies to every key)."""
@@ -415,9 +294,9 @@ def attention_logits(n_rows, m, d_k, *, divisor="sqrt", rng=None, corr=0.0):
     >>> bool(np.allclose(s, s[0, 0]))
     True
     """
-    r = _positive_int(n_rows, "n_rows")
-    m = _positive_int(m, "m")
-    d = _positive_int(d_k, "d_k")
+    r = require_int_at_least(n_rows, "n_rows", 1)
+    m = require_int_at_least(m, "m", 1)
+    d = require_int_at_least(d_k, "d_k", 1)
     scale = _check_divisor(divisor)(d)
     rho = _key_correlations(corr, m)  # (m,)
     rng = np.random.default_rng(rng)
@@ -542,7 +421,7 @@ def alignment_saturation(d_ks, corr, n_rows, *, divisor="sqrt", seed=0):
         raise ValueError(f"corr must be one correlation per key, a non-empty 1-D sequence, got shape {rho.shape}")
     m = len(rho)
     _key_correlations(rho, m)
-    r = _positive_int(n_rows, "n_rows", minimum=2)
+    r = require_int_at_least(n_rows, "n_rows", 2)
     _check_divisor(divisor)
     rng = np.random.default_rng(seed)
     fields = {name: np.empty(len(widths)) for name in ("entropy", "entropy_se", "max_weight")}

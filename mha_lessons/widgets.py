@@ -25,11 +25,13 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ._checks import is_int
 from .attention import softmax
 from .complexity import param_count
 from .multihead import init_params, multihead_attention
 from .plotting import heads_mosaic
-from .scaling import attention_logits, entropy
+from .scaling import attention_logits
+from .stats import entropy
 
 
 def make_panel(draw, controls, figsize=(8, 4)):
@@ -121,7 +123,7 @@ def draw_scaling(fig, d_k=64, scaled=True, seed=0):
     of the row (or a message for a width that is not a positive whole number).
     """
     fig.clear()
-    if isinstance(d_k, bool) or not isinstance(d_k, (int, np.integer)) or d_k < 1:
+    if not is_int(d_k) or d_k < 1:
         message = f"d_k is the number of features of a query or key: a positive whole number, got {d_k!r}."
         ax = fig.add_subplot()
         ax.text(0.5, 0.5, message.replace(": a", ":\na"), ha="center", va="center", fontsize=11)

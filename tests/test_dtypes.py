@@ -58,7 +58,8 @@ def test_the_torch_bridge_keeps_the_floating_type(dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_gradients_keep_the_floating_type(rng, dtype):
     from mha_lessons.grads import mha_backward, sdpa_backward, softmax_backward
-    from mha_lessons.scaling import entropy, softmax_jacobian
+    from mha_lessons.scaling import softmax_jacobian
+    from mha_lessons.stats import entropy
 
     q, k, v, d_out = inputs(rng, dtype, (3, 4), (5, 4), (5, 2), (3, 2))
     w = M.softmax(q)

@@ -444,7 +444,7 @@ def test_softmax_jacobian_against_autograd():
 
 
 def test_entropy_against_torch():
-    from mha_lessons.scaling import entropy
+    from mha_lessons.stats import entropy
 
     for label, rng in sweep("entropy"):
         m = int(rng.integers(1, 9))
