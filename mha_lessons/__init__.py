@@ -6,7 +6,25 @@
 
 The core needs only numpy. Submodules that need more (``plotting`` needs
 matplotlib, ``widgets`` needs ipywidgets) are imported the first time they are
-used, as attributes of the package: ``M.plotting.heatmap(...)``.
+used, as attributes of the package: ``M.plotting.heatmap(...)``. Each module's
+docstring names the chapter that teaches it.
+
+Conventions, the same in every module:
+
+- **Sizes** have one name each: ``B`` sequences, ``h`` heads (``num_heads`` as
+  an argument), ``n`` queries, ``m`` keys and values, ``d_model`` the width of
+  a token, ``d_k`` and ``d_v`` the widths of a head's queries/keys and values.
+  Shapes are written beside every reshape, ``# (B, n, d_model) -> (B, h, n, d_k)``.
+- **Weights** are used as ``x @ w`` (rows are input features); PyTorch stores
+  the transpose, and ``params_from_torch``/``params_to_torch`` convert.
+- **Masks** are boolean and True means "may attend" (PyTorch's boolean masks
+  mean the opposite; chapter 6).
+- **Randomness** comes from a keyword argument ``seed``: an int, a
+  ``numpy.random.Generator`` or None, passed to ``numpy.random.default_rng``.
+- **Options** are keyword-only; a function returns one kind of result.
+- **Bad input**: a value of the wrong type raises ``TypeError`` naming the
+  types; a wrong shape or size raises ``ValueError`` naming the shapes or
+  numbers, never a numpy broadcasting traceback.
 """
 
 import importlib

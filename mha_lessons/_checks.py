@@ -1,4 +1,4 @@
-"""Input checks shared by the public functions.
+"""Input checks shared by the public functions of every chapter's code.
 
 Every public function turns bad input into a ``ValueError`` whose message names
 the shapes or numbers involved, so that a learner never has to decode a numpy

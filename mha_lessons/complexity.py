@@ -9,7 +9,7 @@ import numpy as np
 from ._checks import check_num_heads, head_widths, require_positive_int
 
 
-def param_count(d_model, num_heads, bias=True, *, d_k=None, d_v=None):
+def param_count(d_model, num_heads, *, bias=True, d_k=None, d_v=None):
     """Number of learnable numbers in one multi-head attention layer.
 
     With ``h`` heads whose queries and keys are ``d_k`` wide and whose values

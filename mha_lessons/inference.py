@@ -252,7 +252,7 @@ def grouped_query_attention(q, k, v, mask=None):
 
 # ---------------------------------------------------------------- what it costs
 
-def gqa_param_count(d_model, num_heads, num_kv_heads, bias=True):
+def gqa_param_count(d_model, num_heads, num_kv_heads, *, bias=True):
     """Learnable numbers of one attention layer with ``num_kv_heads`` key/value heads.
 
     W_Q and W_O stay ``(d_model, d_model)``; W_K and W_V shrink to
@@ -272,7 +272,7 @@ def gqa_param_count(d_model, num_heads, num_kv_heads, bias=True):
     d_k = d_model // num_heads
     missing_columns = 2 * (num_heads - num_kv_heads) * d_k  # of W_K and W_V together
     per_column = d_model + (1 if bias else 0)  # a column of weights and its bias
-    return param_count(d_model, num_heads, bias) - missing_columns * per_column
+    return param_count(d_model, num_heads, bias=bias) - missing_columns * per_column
 
 
 def kv_cache_bytes(seq_len, num_layers, num_kv_heads, d_k, *, batch=1, dtype="float16", d_v=None):

@@ -22,7 +22,7 @@ import numpy as np
 from .multihead import MHAParams
 
 
-def lookup_tokens(batch, n, d_content, seed=0):
+def lookup_tokens(batch, n, d_content, *, seed=0):
     """Random token vectors ``[c_j, p_j, 0]``: (batch, n, d_model) with d_model = 2 (d_content + n).
 
     Examples

@@ -1,4 +1,4 @@
-"""Masks for a padded batch: combining them, the matching query mask, and PyTorch's opposite convention.
+"""Masks for a padded batch (chapter 6): combining them, the matching query mask, and PyTorch's opposite convention.
 
 Axis names (as in ``attention.py`` and ``multihead.py``):
 

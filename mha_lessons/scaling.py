@@ -152,7 +152,7 @@ def dot_product_kurtosis(d_k):
 
 # ----------------------------------------------------------------------------- Monte Carlo
 
-def sample_qk(n_samples, d_k, *, mean_q=0.0, mean_k=0.0, std_q=1.0, std_k=1.0, corr=0.0, rng=None):
+def sample_qk(n_samples, d_k, *, mean_q=0.0, mean_k=0.0, std_q=1.0, std_k=1.0, corr=0.0, seed=None):
     """Draw ``n_samples`` independent (query, key) pairs from the module's random model.
 
     k is built from the same standard normal numbers as q plus independent
@@ -164,7 +164,7 @@ def sample_qk(n_samples, d_k, *, mean_q=0.0, mean_k=0.0, std_q=1.0, std_k=1.0, c
     n_samples, d_k : int, at least 1
     mean_q, mean_k, std_q, std_k, corr : float
         See ``dot_product_moments``.
-    rng : numpy.random.Generator or int or None
+    seed : int, numpy.random.Generator or None
         A generator, or a seed for a new one.
 
     Returns
@@ -173,14 +173,14 @@ def sample_qk(n_samples, d_k, *, mean_q=0.0, mean_k=0.0, std_q=1.0, std_k=1.0, c
 
     Examples
     --------
-    >>> q, k = sample_qk(5, 3, rng=0)
+    >>> q, k = sample_qk(5, 3, seed=0)
     >>> q.shape, k.shape
     ((5, 3), (5, 3))
     """
     n = require_int_at_least(n_samples, "n_samples", 1)
     d = require_int_at_least(d_k, "d_k", 1)
     _check_distribution(mean_q, mean_k, std_q, std_k, corr)
-    rng = np.random.default_rng(rng)
+    rng = np.random.default_rng(seed)
     z_q = rng.standard_normal((n, d))  # (N, d_k)
     z_k = corr * z_q + math.sqrt(1.0 - corr**2) * rng.standard_normal((n, d))  # (N, d_k), corr with z_q
     return mean_q + std_q * z_q, mean_k + std_k * z_k
@@ -238,7 +238,7 @@ def dot_product_variance(d_ks, n_samples, *, seed=0, **distribution):
         s = np.empty(n)  # (N,) the dot products q·k
         rows = max(1, _CHUNK // int(d))
         for start in range(0, n, rows):
-            q, k = sample_qk(min(rows, n - start), int(d), rng=rng, **distribution)  # (rows, d_k) each
+            q, k = sample_qk(min(rows, n - start), int(d), seed=rng, **distribution)  # (rows, d_k) each
             s[start:start + len(q)] = np.einsum("na,na->n", q, k)  # (rows, d_k) · (rows, d_k) -> (rows,)
         scaled = s / math.sqrt(d)  # the scores the Transformer feeds to the softmax
         centred = s - s.mean()
@@ -261,7 +261,7 @@ def _key_correlations(corr, m):
     return np.broadcast_to(rho, (m,))
 
 
-def attention_logits(n_rows, m, d_k, *, divisor="sqrt", rng=None, corr=0.0):
+def attention_logits(n_rows, m, d_k, *, divisor="sqrt", seed=None, corr=0.0):
     """Rows of attention scores q·k_j / divisor for standard normal queries and keys.
 
     Row i compares one query with its own m keys, so the rows are independent.
@@ -276,7 +276,7 @@ def attention_logits(n_rows, m, d_k, *, divisor="sqrt", rng=None, corr=0.0):
         r rows, m keys per row, width d_k.
     divisor : {"sqrt", "none", "d_k"}
         Divide the scores by √d_k (the Transformer), by 1, or by d_k.
-    rng : numpy.random.Generator or int or None
+    seed : int, numpy.random.Generator or None
     corr : float or array_like, (m,), each in [-1, 1]
         The correlation of each key with the query; a number applies to every
         key. The default 0 gives independent queries and keys, drawn exactly
@@ -288,9 +288,9 @@ def attention_logits(n_rows, m, d_k, *, divisor="sqrt", rng=None, corr=0.0):
 
     Examples
     --------
-    >>> attention_logits(2, 5, 64, rng=0).shape
+    >>> attention_logits(2, 5, 64, seed=0).shape
     (2, 5)
-    >>> s = attention_logits(1, 3, 64, rng=0, corr=1.0)          # k_j = q for every key
+    >>> s = attention_logits(1, 3, 64, seed=0, corr=1.0)          # k_j = q for every key
     >>> bool(np.allclose(s, s[0, 0]))
     True
     """
@@ -299,7 +299,7 @@ def attention_logits(n_rows, m, d_k, *, divisor="sqrt", rng=None, corr=0.0):
     d = require_int_at_least(d_k, "d_k", 1)
     scale = _check_divisor(divisor)(d)
     rho = _key_correlations(corr, m)  # (m,)
-    rng = np.random.default_rng(rng)
+    rng = np.random.default_rng(seed)
     q = rng.standard_normal((r, 1, d))  # (r, 1, d_k): one query per row
     k = rng.standard_normal((r, m, d))  # (r, m, d_k): m keys per row, independent of q so far
     if np.any(rho != 0):
@@ -347,7 +347,7 @@ def softmax_saturation(d_ks, m, n_rows, *, divisor="sqrt", seed=0):
     rng = np.random.default_rng(seed)
     ent, top = np.empty(len(widths)), np.empty(len(widths))
     for i, d in enumerate(widths):
-        p = softmax(attention_logits(n_rows, m, int(d), divisor=divisor, rng=rng), axis=-1)  # (r, m)
+        p = softmax(attention_logits(n_rows, m, int(d), divisor=divisor, seed=rng), axis=-1)  # (r, m)
         ent[i] = entropy(p, axis=-1).mean()
         top[i] = p.max(axis=-1).mean()
     return Saturation(widths, ent, top)
@@ -431,7 +431,7 @@ def alignment_saturation(d_ks, corr, n_rows, *, divisor="sqrt", seed=0):
         rows = max(1, _CHUNK // (m * int(d)))
         for start in range(0, r, rows):
             stop = min(r, start + rows)
-            logits = attention_logits(stop - start, m, int(d), divisor=divisor, rng=rng, corr=rho)  # (rows, m)
+            logits = attention_logits(stop - start, m, int(d), divisor=divisor, seed=rng, corr=rho)  # (rows, m)
             p[start:stop] = softmax(logits, axis=-1)
         h = entropy(p, axis=-1)  # (r,)
         fields["entropy"][i], fields["entropy_se"][i] = h.mean(), h.std(ddof=1) / math.sqrt(r)

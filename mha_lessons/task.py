@@ -54,7 +54,7 @@ def distinct_queries(n, segment):
     return (previous != IGNORE) & (previous != first)
 
 
-def relation_mask(n, segment, relation, distinct_only=False):
+def relation_mask(n, segment, relation, *, distinct_only=False):
     """Boolean (n, n) matrix, True at (i, j) when relation ``relation`` of query i points to key j.
 
     A query for which the relation does not exist has an all-False row; with
@@ -77,7 +77,7 @@ def relation_mask(n, segment, relation, distinct_only=False):
     return marked
 
 
-def make_task(batch, n=12, vocab=8, segment=4, seed=0):
+def make_task(batch, n=12, vocab=8, segment=4, *, seed=0):
     """Random token sequences and, at every position, the tokens the two relations point to.
 
     Parameters

@@ -84,7 +84,7 @@ class TinyModel:
         return sum(a.size for a in self.arrays().values())
 
 
-def init_model(vocab, n, d_model, num_heads, seed=0, keys_see_tokens=False):
+def init_model(vocab, n, d_model, num_heads, *, seed=0, keys_see_tokens=False):
     """A freshly initialised TinyModel.
 
     The attention layer is ``init_params(d_model, num_heads, seed=seed + 1)``

@@ -58,7 +58,7 @@ def make_panel(draw, controls, figsize=(8, 4)):
 MULTIHEAD_WIDTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512)
 
 
-def draw_multihead(fig, num_heads=4, d_model=64, n=6, seed=0):
+def draw_multihead(fig, num_heads=4, d_model=64, n=6, *, seed=0):
     """Draw every head's attention weights for a fixed input of n tokens; return a summary.
 
     The input tokens and the parameters are drawn from ``seed`` (parameters with
@@ -106,7 +106,7 @@ SCALING_ROWS = 200  # rows of scores in the histogram
 SCALING_KEYS = 16  # keys per row; the softmax bars show the first row
 
 
-def draw_scaling(fig, d_k=64, scaled=True, seed=0):
+def draw_scaling(fig, d_k=64, scaled=True, *, seed=0):
     """Histogram of attention scores and the softmax of one row, for width d_k, with or without 1/√d_k.
 
     The scores are ``scaling.attention_logits(SCALING_ROWS, SCALING_KEYS, d_k, ...)``
@@ -131,7 +131,7 @@ def draw_scaling(fig, d_k=64, scaled=True, seed=0):
         return message
     d_k = int(d_k)
     scores = attention_logits(SCALING_ROWS, SCALING_KEYS, d_k, divisor="sqrt" if scaled else "none",
-                              rng=seed)  # (r, m)
+                              seed=seed)  # (r, m)
     weights = softmax(scores[0])  # (m,): the first row
     predicted_std = 1.0 if scaled else math.sqrt(d_k)
     measured_std = float(scores.std())

@@ -109,7 +109,7 @@ def test_simulated_moments_match_the_closed_forms(case):
 
 def test_sampler_has_the_requested_coordinate_statistics(rng):
     n = 50000
-    q, k = sample_qk(n, 3, mean_q=1.0, mean_k=-2.0, std_q=2.0, std_k=0.5, corr=0.7, rng=rng)
+    q, k = sample_qk(n, 3, mean_q=1.0, mean_k=-2.0, std_q=2.0, std_k=0.5, corr=0.7, seed=rng)
     assert q.shape == k.shape == (n, 3)
     np.testing.assert_allclose(q.mean(0), 1.0, atol=Z * 2.0 / math.sqrt(n))
     np.testing.assert_allclose(k.mean(0), -2.0, atol=Z * 0.5 / math.sqrt(n))
@@ -179,7 +179,7 @@ def test_entropy_matches_torch(rng):
 def test_logit_rows_have_the_predicted_spread():
     n_rows, m, d_k = 400, 50, 64
     for divisor, expected_var in (("none", d_k), ("sqrt", 1.0), ("d_k", 1.0 / d_k)):
-        s = attention_logits(n_rows, m, d_k, divisor=divisor, rng=2)
+        s = attention_logits(n_rows, m, d_k, divisor=divisor, seed=2)
         assert s.shape == (n_rows, m)
         # the r·m scores are not independent (a row shares its query), but the rows are: average per row
         row_means = (s**2).mean(axis=1)  # (r,) each an unbiased estimate of the variance (mean 0)
@@ -198,7 +198,7 @@ def test_unscaled_softmax_collapses_and_scaled_does_not():
     rng = np.random.default_rng(5)
     reference = M.softmax(rng.standard_normal((n_rows, m)), axis=-1)
     scaled = softmax_saturation([1024], m, n_rows, divisor="sqrt", seed=1)
-    rows = M.softmax(attention_logits(n_rows, m, 1024, rng=np.random.default_rng(1)), axis=-1)
+    rows = M.softmax(attention_logits(n_rows, m, 1024, seed=np.random.default_rng(1)), axis=-1)
     se = math.sqrt(entropy(reference).var(ddof=1) / n_rows + entropy(rows).var(ddof=1) / n_rows)
     assert abs(scaled.entropy[0] - entropy(reference).mean()) < Z * se
     se_top = math.sqrt(reference.max(-1).var(ddof=1) / n_rows + rows.max(-1).var(ddof=1) / n_rows)
@@ -220,7 +220,7 @@ def test_each_key_has_the_moments_of_its_own_correlation():
     """Column j of the scaled scores: mean √d_k ρ_j, variance 1 + ρ_j² (case (c), the closed form divided by d_k)."""
     corrs = np.array([0.9, 0.5, 0.0, -0.6])
     n_rows, d_k = 20000, 32
-    s = attention_logits(n_rows, len(corrs), d_k, rng=4, corr=corrs)  # (r, m), rows independent
+    s = attention_logits(n_rows, len(corrs), d_k, seed=4, corr=corrs)  # (r, m), rows independent
     for j, rho in enumerate(corrs):
         mean, var = dot_product_moments(d_k, corr=float(rho))
         mean, var = mean / math.sqrt(d_k), var / d_k  # divided by √d_k
@@ -235,8 +235,8 @@ def test_zero_correlation_draws_the_same_numbers_as_before():
     rng = np.random.default_rng(11)
     q, k = rng.standard_normal((3, 1, 16)), rng.standard_normal((3, 5, 16))
     expected = np.einsum("rqa,rma->rm", q, k) / 4.0
-    np.testing.assert_array_equal(attention_logits(3, 5, 16, rng=11), expected)
-    np.testing.assert_array_equal(attention_logits(3, 5, 16, rng=11, corr=np.zeros(5)), expected)
+    np.testing.assert_array_equal(attention_logits(3, 5, 16, seed=11), expected)
+    np.testing.assert_array_equal(attention_logits(3, 5, 16, seed=11, corr=np.zeros(5)), expected)
 
 
 @pytest.mark.parametrize("rho", [1.0, -1.0])

@@ -24,7 +24,7 @@ def drawn_histogram(ax):
 def test_draws_the_scores_and_the_softmax_of_one_row(fig, d_k, scaled):
     summary = draw_scaling(fig, d_k=d_k, scaled=scaled, seed=0)
     ax_hist, ax_bar = fig.axes
-    scores = M.scaling.attention_logits(SCALING_ROWS, SCALING_KEYS, d_k, divisor="sqrt" if scaled else "none", rng=0)
+    scores = M.scaling.attention_logits(SCALING_ROWS, SCALING_KEYS, d_k, divisor="sqrt" if scaled else "none", seed=0)
 
     # left: a density histogram of exactly these scores
     edges, heights = drawn_histogram(ax_hist)

@@ -1,4 +1,4 @@
-"""What every checker shares: run the learner's code safely, compare, and name the mistake.
+"""What the checkers of every chapter share: run the learner's code safely, compare, and name the mistake.
 
 A checker builds the right answer with the package, builds the answers that the typical mistakes
 give (the softmax over the wrong axis, the scale forgotten, ...), and hands them to :func:`compare`,
