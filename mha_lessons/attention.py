@@ -49,6 +49,9 @@ def softmax(x, axis=-1):
     array([0.09  , 0.2447, 0.6652])
     >>> softmax(np.array([1e4, -1e4]))
     array([1., 0.])
+    >>> scores = np.zeros((4, 2, 3, 5))            # (B, h, n, m): a batch of score matrices
+    >>> softmax(scores).shape, float(softmax(scores)[0, 0, 0].sum())
+    ((4, 2, 3, 5), 1.0)
     """
     x = as_float_array(x, "x")
     require_softmax_axis(x, axis)
@@ -202,6 +205,11 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     array([[0.6698, 0.3302]])
     >>> out.round(4)
     array([[13.3024]])
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(4, 3, 8)), rng.normal(size=(4, 5, 8)), rng.normal(size=(4, 5, 2))
+    >>> out, w = scaled_dot_product_attention(q, k, v, causal_mask(3, 5))   # B = 4, n = 3, m = 5
+    >>> out.shape, w.shape
+    ((4, 3, 2), (4, 3, 5))
     """
     q, k, v, mask = check_attention_inputs(q, k, v, mask)
     d_k = q.shape[-1]

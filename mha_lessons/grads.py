@@ -121,6 +121,10 @@ def sdpa_backward(q, k, v, d_out, mask=None):
            [0.3302]])
     >>> dq.round(3)            # turning q towards key 1 (value 20) raises the output, towards key 0 lowers it
     array([[-1.564,  1.564]])
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(4, 2, 3, 8)), rng.normal(size=(4, 2, 5, 8)), rng.normal(size=(4, 2, 5, 6))
+    >>> [g.shape for g in sdpa_backward(q, k, v, d_out=np.ones((4, 2, 3, 6)))]   # (B, h, ·, ·)
+    [(4, 2, 3, 8), (4, 2, 5, 8), (4, 2, 5, 6)]
     """
     q, k, v, mask = check_attention_inputs(q, k, v, mask)
     out, a = scaled_dot_product_attention(q, k, v, mask)  # forward again: a (..., n, m)
@@ -222,6 +226,10 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
     >>> dx_q, dx_k, dx_v, dp = mha_backward(x, x, x, p, d_y=np.ones((3, 4)))
     >>> (dx_q + dx_k + dx_v).shape, dp.w_q.shape, dp.b_o.tolist()   # b_o's gradient: 3 rows of ones
     ((3, 4), (4, 4), [3.0, 3.0, 3.0, 3.0])
+    >>> xb = np.random.default_rng(1).normal(size=(5, 3, 4))            # B = 5 sequences
+    >>> dx_q, dx_k, dx_v, dp = mha_backward(xb, xb, xb, p, d_y=np.ones((5, 3, 4)))
+    >>> dx_q.shape, dp.w_q.shape                                        # weights: summed over the batch
+    ((5, 3, 4), (4, 4))
     """
     x_q, x_k, x_v, mask = _check_layer_inputs(x_q, x_k, x_v, params, mask)
     h = params.num_heads

@@ -44,6 +44,8 @@ def split_heads(x, num_heads):
     <BLANKLINE>
            [[2, 3],
             [6, 7]]])
+    >>> split_heads(np.zeros((4, 10, 512)), 8).shape     # (B, n, d_model) -> (B, h, n, d_k)
+    (4, 8, 10, 64)
     """
     x = np.asarray(x)
     require_ndim(x, "x", 2, "(..., n, d_model)")
@@ -62,6 +64,8 @@ def combine_heads(x):
     >>> x = np.arange(8).reshape(2, 4)
     >>> np.array_equal(combine_heads(split_heads(x, 2)), x)
     True
+    >>> combine_heads(np.zeros((4, 8, 10, 64))).shape     # (B, h, n, d_k) -> (B, n, h d_k)
+    (4, 10, 512)
     """
     x = np.asarray(x)
     require_ndim(x, "x", 3, "(..., h, n, d_k)")
