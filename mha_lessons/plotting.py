@@ -227,3 +227,31 @@ def heads_mosaic(weights, *, ax=None, max_cols=8, vmax=None, cmap=WEIGHTS_CMAP):
             ax.text(-0.8, r * (n + 1) + (n - 1) / 2, f"heads {r * cols}-{last}", ha="right", va="center", fontsize=8)
     ax.axis("off")
     return ax
+
+
+def position_vectors(positions, *, ax=None, title=None, cmap="RdBu_r"):
+    """Draw position vectors, one row per position and one column per feature, from -1 (blue) to +1 (red).
+
+    Made for ``position.sinusoidal_positions``: its even columns are sines and its odd ones
+    cosines, each pair turning more slowly than the one to its left.
+
+    Parameters
+    ----------
+    positions : array_like, (n, d_model)
+
+    Returns
+    -------
+    matplotlib.axes.Axes whose single image is ``positions``, with a colour bar beside it.
+    """
+    positions = np.asarray(positions, dtype=float)
+    if positions.ndim != 2:
+        raise ValueError(f"position_vectors needs an (n, d_model) matrix, got shape {positions.shape}")
+    n, d_model = positions.shape
+    ax = _new_ax(ax, (0.25 * d_model + 2.5, 0.08 * n + 1.5))
+    image = ax.imshow(positions, cmap=cmap, vmin=-1.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    ax.figure.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
+    ax.set_xlabel("feature (even: sin, odd: cos)")
+    ax.set_ylabel("position t")
+    if title:
+        ax.set_title(title)
+    return ax
