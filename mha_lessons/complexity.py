@@ -111,21 +111,54 @@ def mha_flops(n, d_model, num_heads, m=None, *, batch=1, bias=True, d_k=None, d_
     True
     """
     m, d_k, d_v = _sizes(n, d_model, num_heads, m, batch, d_k, d_v)
-    B, d, h = batch, d_model, num_heads
+    return stage_flops(batch=batch, queries=n, keys=m, kv_tokens=m, d_model=d_model, num_heads=num_heads,
+                       num_kv_heads=num_heads, d_k=d_k, d_v=d_v, bias=bias)
+
+
+MATMUL_STAGES = ("q_projection", "k_projection", "v_projection", "scores", "weighted_sum", "output_projection")
+
+
+def stage_flops(*, batch, queries, keys, kv_tokens, d_model, num_heads, num_kv_heads, d_k, d_v, bias):
+    """The one table of what an attention layer computes, stage by stage; every FLOP count reads it.
+
+    ``mha_flops`` (the layer), ``inference.decode_flops`` (a decoding step, where
+    only the new tokens are projected and the keys come from a cache) and
+    ``parallel.worker_matmul_flops`` (one worker's heads) are this table with
+    their sizes. Conventions as in ``mha_flops``: a multiply-add is 2 FLOPs,
+    element-wise work 1 FLOP per number and operation. Sizes are not checked
+    here; the callers check them.
+
+    Parameters (all keyword-only)
+    ----------
+    batch, queries, keys : int
+        B, the queries n asked, the keys m each query is scored against.
+    kv_tokens : int
+        Tokens whose keys and values are projected (m for the layer, the new tokens when decoding).
+    d_model, num_heads, num_kv_heads, d_k, d_v : int
+    bias : bool
+
+    Examples
+    --------
+    >>> f = stage_flops(batch=1, queries=4, keys=4, kv_tokens=4, d_model=8, num_heads=2, num_kv_heads=2,
+    ...                 d_k=4, d_v=4, bias=True)
+    >>> f == mha_flops(4, 8, 2)
+    True
+    """
+    B, d, h, h_kv = batch, d_model, num_heads, num_kv_heads
+    n, m, s = queries, keys, kv_tokens
     stages = {
         "q_projection": 2 * B * n * d * h * d_k,  # (B, n, d) @ (d, h d_k)
-        "k_projection": 2 * B * m * d * h * d_k,  # (B, m, d) @ (d, h d_k)
-        "v_projection": 2 * B * m * d * h * d_v,  # (B, m, d) @ (d, h d_v)
+        "k_projection": 2 * B * s * d * h_kv * d_k,  # (B, s, d) @ (d, h_kv d_k)
+        "v_projection": 2 * B * s * d * h_kv * d_v,  # (B, s, d) @ (d, h_kv d_v)
         "scale": B * n * h * d_k,  # q * (1 / √d_k)
         "scores": 2 * B * h * n * m * d_k,  # h products (n, d_k) @ (d_k, m)
         "softmax": 5 * B * h * n * m,  # max, subtract, exp, sum, divide per score
         "weighted_sum": 2 * B * h * n * m * d_v,  # h products (n, m) @ (m, d_v)
         "output_projection": 2 * B * n * h * d_v * d,  # (B, n, h d_v) @ (h d_v, d)
-        "bias": B * (n * h * d_k + m * h * d_k + m * h * d_v + n * d) if bias else 0,  # b_q, b_k, b_v, b_o
+        "bias": B * (n * h * d_k + s * h_kv * (d_k + d_v) + n * d) if bias else 0,  # b_q; b_k, b_v; b_o
     }
-    matmul_stages = ("q_projection", "k_projection", "v_projection", "scores", "weighted_sum", "output_projection")
-    stages["matmul"] = sum(stages[s] for s in matmul_stages)
-    stages["total"] = sum(v for k, v in stages.items() if k != "matmul")
+    stages["matmul"] = sum(stages[name] for name in MATMUL_STAGES)
+    stages["total"] = sum(value for name, value in stages.items() if name != "matmul")
     return stages
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._checks import as_float_array, broadcast_batch, check_mask, check_num_heads, require_ndim, require_positive_int
 from .attention import causal_mask, scaled_dot_product_attention
-from .complexity import param_count
+from .complexity import param_count, stage_flops
 from .multihead import _check_layer_inputs, combine_heads, mix_heads, project_heads
 
 
@@ -347,22 +347,7 @@ def decode_flops(t, d_model, num_heads, num_kv_heads=None, *, cached=True, batch
     check_num_heads(d_model, num_heads)
     check_kv_heads(num_heads, num_kv_heads)
     _positive_ints(t=t, batch=batch)
-    B, d, h = batch, d_model, num_heads
-    d_kv = num_kv_heads * (d_model // num_heads)  # width of all key (or value) heads together
+    d_k = d_model // num_heads
     s = 1 if cached else t  # tokens projected, and queries asked, in this step
-    m = t  # keys every query is scored against
-    stages = {
-        "q_projection": 2 * B * s * d * d,  # (B, s, d) @ (d, d)
-        "k_projection": 2 * B * s * d * d_kv,  # (B, s, d) @ (d, h_kv d_k)
-        "v_projection": 2 * B * s * d * d_kv,
-        "scale": B * s * d,  # q * (1 / √d_k)
-        "scores": 2 * B * s * m * d,  # h products (s, d_k) @ (d_k, m)
-        "softmax": 5 * B * h * s * m,  # max, subtract, exp, sum, divide per score
-        "weighted_sum": 2 * B * s * m * d,  # h products (s, m) @ (m, d_k)
-        "output_projection": 2 * B * s * d * d,
-        "bias": B * s * (2 * d + 2 * d_kv) if bias else 0,  # b_q, b_o: d each; b_k, b_v: h_kv d_k each
-    }
-    matmul_stages = ("q_projection", "k_projection", "v_projection", "scores", "weighted_sum", "output_projection")
-    stages["matmul"] = sum(stages[name] for name in matmul_stages)
-    stages["total"] = sum(value for name, value in stages.items() if name != "matmul")
-    return stages
+    return stage_flops(batch=batch, queries=s, keys=t, kv_tokens=s, d_model=d_model, num_heads=num_heads,
+                       num_kv_heads=num_kv_heads, d_k=d_k, d_v=d_k, bias=bias)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import is_int, require_positive_int
+from .complexity import stage_flops
 from .multihead import MHAParams, init_params, multihead_attention
 
 
@@ -343,14 +344,10 @@ def worker_matmul_flops(n, d_model, num_heads, num_workers, m=None, *, batch=1):
     for name, value in (("n", n), ("batch", batch)) + ((("m", m),) if m is not None else ()):
         require_positive_int(value, name)
     m = n if m is None else m
-    B, d, h_r = batch, d_model, len(heads)
-    d_k = d // num_heads
-    width = h_r * d_k  # the shard's columns of W_Q, W_K, W_V and rows of W_O
-    return (2 * B * n * d * width  # queries: (B, n, d) @ (d, h_r d_k)
-            + 2 * 2 * B * m * d * width  # keys and values: (B, m, d) @ (d, h_r d_k)
-            + 2 * B * h_r * n * m * d_k  # scores: h_r times (n, d_k) @ (d_k, m)
-            + 2 * B * h_r * n * m * d_k  # weighted sum: h_r times (n, m) @ (m, d_k)
-            + 2 * B * n * width * d)  # output: (B, n, h_r d_k) @ (h_r d_k, d)
+    d_k = d_model // num_heads
+    # a worker is a layer of h_r heads whose W_O has only its h_r d_k rows: the same table, with h_r heads
+    return stage_flops(batch=batch, queries=n, keys=m, kv_tokens=m, d_model=d_model, num_heads=len(heads),
+                       num_kv_heads=len(heads), d_k=d_k, d_v=d_k, bias=False)["matmul"]
 
 
 # ---------------------------------------------------------------- real processes
