@@ -128,13 +128,8 @@ def sdpa_backward(q, k, v, d_out, mask=None):
     """
     q, k, v, mask = check_attention_inputs(q, k, v, mask)
     out, a = scaled_dot_product_attention(q, k, v, mask)  # forward again: a (..., n, m)
+    a = np.broadcast_to(a, out.shape[:-1] + a.shape[-1:])  # with the batch axes only v has, as d_out has them
     d_out = _check_same_shape(d_out, "d_out", out.shape, "the attention output")
-    return _attention_backward(q, k, v, a, d_out)
-
-
-def _attention_backward(q, k, v, a, d_out):
-    """Steps 4 to 1 of ``sdpa_backward``, given the forward's weights ``a`` (..., n, m)."""
-    a = np.broadcast_to(a, d_out.shape[:-1] + a.shape[-1:])  # with the batch axes only v has, as d_out has them
     d_k = q.shape[-1]
     # backward of step 4, O = A V
     dv = np.swapaxes(a, -1, -2) @ d_out  # eq-ch5-dv: dV = Aᵀ dO, (..., m, n) @ (..., n, d_v) -> (..., m, d_v)
@@ -239,8 +234,8 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
     d_concat, dw_o, db_o = _project_backward(heads.concat, params.w_o, d_y, params.b_o is not None)  # eq-ch5-proj
     # backward of step 4, combine heads
     d_out = combine_heads_backward(d_concat, h)  # eq-ch5-heads: (..., n, h d_v) -> (..., h, n, d_v)
-    # backward of step 3, attention in every head (sdpa steps 4 to 1), from the weights of the forward
-    dq, dk, dv = _attention_backward(heads.q, heads.k, heads.v, heads.weights, d_out)  # eq-ch5-dv to eq-ch5-dk
+    # backward of step 3, attention in every head (sdpa steps 4 to 1)
+    dq, dk, dv = sdpa_backward(heads.q, heads.k, heads.v, d_out, heads.mask)  # eq-ch5-dv to eq-ch5-dk
     # backward of step 2, split heads
     dq = split_heads_backward(dq)  # eq-ch5-heads: (..., h, n, d_k) -> (..., n, h d_k)
     dk = split_heads_backward(dk)  # (..., h, m, d_k) -> (..., m, h d_k)
