@@ -67,7 +67,7 @@ class AttentionConfig:
 
     def attention_params(self):
         """Parameters of one attention layer, from ``param_count``; an unknown bias is counted as none."""
-        return param_count(self.d_model, self.num_heads, bool(self.bias), d_k=self.d_k, d_v=self.d_v)
+        return param_count(self.d_model, self.num_heads, bias=bool(self.bias), d_k=self.d_k, d_v=self.d_v)
 
 
 _PAPER_EQUATIONS = "the paper's equations have none; its tensor2tensor code has none"

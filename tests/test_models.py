@@ -30,7 +30,7 @@ def test_attention_params_match_a_hand_count(name):
 
 def test_with_biases_the_count_adds_two_query_key_biases_one_value_bias_and_one_output_bias():
     gemma = by_name("Gemma-7B")
-    with_bias = M.complexity.param_count(gemma.d_model, gemma.num_heads, True, d_k=gemma.d_k, d_v=gemma.d_v)
+    with_bias = M.complexity.param_count(gemma.d_model, gemma.num_heads, bias=True, d_k=gemma.d_k, d_v=gemma.d_v)
     assert with_bias - gemma.attention_params() == 2 * 16 * 256 + 16 * 256 + 3072
 
 
