@@ -133,7 +133,8 @@ def check_head_weights(head_weights):
 
     ``weights`` is (h, n, n), rows are queries. ``p[l, j]`` is head l's weight on the previous token and
     ``q[l, j]`` its weight on the first token of the segment, at the j-th position of
-    ``distinct_queries``. Called on random causal weights, h = 2, n = 10, segments of 4.
+    ``distinct_queries``. Called on random causal weights, h = 2, in the chapter's task: n = 12 positions in
+    segments of 4 (``make_task``'s defaults).
 
     >>> import numpy as np, mha_lessons as M
     >>> def head_weights(weights, segment):
@@ -141,9 +142,9 @@ def check_head_weights(head_weights):
     ...     queries = np.flatnonzero(M.task.distinct_queries(weights.shape[-1], segment))
     ...     return weights[:, queries, previous[queries]], weights[:, queries, first[queries]]
     >>> M.exercises.check_head_weights(head_weights)
-    Right: p and q of both heads, at the 6 positions where the relations differ.
+    Right: p and q of both heads, at the 8 positions of n = 12 where the relations differ.
     """
-    h, n, segment = 2, 10, 4
+    h, n, segment = 2, 12, 4  # the chapter's task, make_task's defaults
     scores = np.random.default_rng(10).normal(scale=2.0, size=(h, n, n))  # (h, n, n)
     weights = softmax(np.where(causal_mask(n), scores, -np.inf))  # causal, rows sum to 1
     answer, failure = call_learner(head_weights, weights.copy(), segment, name="head_weights")
@@ -171,4 +172,4 @@ def check_head_weights(head_weights):
                                                    "the distinct_queries, where the relations differ."),
     ]
     return compare(answer, expected, mistakes, what="your (p, q)",
-                   right=f"p and q of both heads, at the {len(queries)} positions where the relations differ.")
+                   right=f"p and q of both heads, at the {len(queries)} positions of n = {n} where the relations differ.")
