@@ -36,6 +36,8 @@ import numpy as np
 
 from ._checks import is_int, require_positive_int
 from .complexity import stage_flops
+from .grads import mha_backward
+from .inference import check_kv_heads, grouped_query_attention
 from .multihead import MHAParams, init_params, multihead_attention
 
 
@@ -214,6 +216,106 @@ def simulate_head_parallel(x_q, x_k, x_v, params, num_workers, mask=None):
         partials.append(y_r)
     partials = np.stack(partials)  # p times (..., n, d_model) -> (p, ..., n, d_model)
     return partials.sum(axis=0), partials  # the all-reduce: (p, ..., n, d_model) -> (..., n, d_model)
+
+
+def simulate_head_parallel_backward(x_q, x_k, x_v, params, d_y, num_workers, mask=None):
+    """The backward pass of head-parallel attention, with the workers simulated by a loop over ranks.
+
+    The all-reduce of the forward pass hands every worker the same gradient d_y
+    (the backward of a sum copies its gradient to every term). Each worker then
+    runs ``grads.mha_backward`` on its shard: the gradients of its slices of the
+    weights are its own and need no communication, but every worker's heads
+    read the whole input, so each has a *term* of the input gradient, and the
+    terms must be summed: a second all-reduce, the backward mirror of the first.
+
+    Returns
+    -------
+    dx_q, dx_k, dx_v : ndarrays, the shapes of x_q, x_k, x_v
+        The all-reduced input gradients.
+    shard_grads : list of p MHAParams
+        Worker r's gradients of its own slices (shaped like its ``ParamShard``).
+
+    Examples
+    --------
+    >>> p = init_params(8, 4, seed=0)
+    >>> x = np.random.default_rng(0).normal(size=(2, 3, 8))          # B = 2, n = 3
+    >>> (dx_q, dx_k, dx_v), grads = simulate_head_parallel_backward(x, x, x, p, np.ones((2, 3, 8)), 2)
+    >>> full = mha_backward(x, x, x, p, np.ones((2, 3, 8)))
+    >>> bool(np.allclose(dx_q, full[0])), grads[1].w_q.shape            # worker 1: columns 4-7 of W_Q
+    (True, (8, 4))
+    """
+    terms, shard_grads = [], []
+    for rank in range(num_workers):  # in a real run, each iteration happens in its own process
+        shard = shard_params(params, num_workers, rank)
+        dx_q, dx_k, dx_v, d_shard = mha_backward(x_q, x_k, x_v, shard, d_y, mask)
+        terms.append((dx_q, dx_k, dx_v))  # this worker's terms of the input gradients
+        shard_grads.append(d_shard)  # ∂L/∂(its slices), the shapes of its ParamShard
+    dx = tuple(np.sum(np.stack(t), axis=0) for t in zip(*terms))  # the all-reduce: (p, ...) -> (...)
+    return dx, shard_grads
+
+
+def worker_kv_heads(num_heads, num_kv_heads, num_workers, rank):
+    """The key/value heads that worker ``rank`` needs when h_kv of them serve h query heads (chapter 8).
+
+    Query head i reads key/value head i // g, g = h / h_kv. With h_kv >= p every
+    worker holds its own key/value heads; with h_kv < p several workers read
+    the same one, and each holds a copy: every key/value head is replicated on
+    p / h_kv workers. Either p divides h_kv or h_kv divides p, so that no
+    worker's block of query heads straddles a group.
+
+    Examples
+    --------
+    >>> [worker_kv_heads(8, 4, 2, r) for r in range(2)]          # h_kv >= p: two each, none shared
+    [range(0, 2), range(2, 4)]
+    >>> [worker_kv_heads(8, 2, 4, r) for r in range(4)]          # h_kv < p: each head on two workers
+    [range(0, 1), range(0, 1), range(1, 2), range(1, 2)]
+    """
+    heads = worker_heads(num_heads, num_workers, rank)
+    check_kv_heads(num_heads, num_kv_heads)
+    if num_kv_heads % num_workers and num_workers % num_kv_heads:
+        raise ValueError(f"with h_kv = {num_kv_heads} key/value heads and p = {num_workers} workers, some "
+                         f"worker's query heads would straddle two groups: p must divide h_kv or h_kv divide p")
+    g = num_heads // num_kv_heads  # query heads per key/value head
+    return range(heads.start // g, (heads.stop - 1) // g + 1)
+
+
+def simulate_gqa_head_parallel(q, k, v, num_workers, mask=None):
+    """Grouped-query attention with its query heads split over p workers, simulated by a loop over ranks.
+
+    Worker r takes its block of h / p query heads and only the key/value heads
+    they read (``worker_kv_heads``), and runs ``inference.grouped_query_attention``
+    on them. Its outputs are its heads' outputs; put side by side they are the
+    whole layer's (W_O then works as in ``partial_output``).
+
+    Parameters
+    ----------
+    q : array_like, (..., h, n, d_k)
+    k, v : array_like, (..., h_kv, m, d_k) and (..., h_kv, m, d_v)
+    num_workers : int
+    mask : array_like of bool, broadcastable to (..., 1, n, m), optional (one mask for every head)
+
+    Returns
+    -------
+    out : ndarray, (..., h, n, d_v)
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.normal(size=(2, 8, 3, 4)), rng.normal(size=(2, 2, 5, 4))   # B = 2, h = 8, h_kv = 2
+    >>> out = simulate_gqa_head_parallel(q, k, k, 4)
+    >>> bool(np.allclose(out, grouped_query_attention(q, k, k)[0])), out.shape
+    (True, (2, 8, 3, 4))
+    """
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    h, h_kv = q.shape[-3], k.shape[-3]
+    outs = []
+    for rank in range(num_workers):  # in a real run, each iteration happens in its own process
+        heads, kv = worker_heads(h, num_workers, rank), worker_kv_heads(h, h_kv, num_workers, rank)
+        out_r, _ = grouped_query_attention(q[..., heads.start:heads.stop, :, :],  # (..., h / p, n, d_k)
+                                           k[..., kv.start:kv.stop, :, :],  # (..., kv heads it reads, m, d_k)
+                                           v[..., kv.start:kv.stop, :, :], mask)
+        outs.append(out_r)
+    return np.concatenate(outs, axis=-3)  # p times (..., h / p, n, d_v) -> (..., h, n, d_v)
 
 
 # ---------------------------------------------------------------- what it costs

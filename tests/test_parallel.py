@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
 import mha_lessons as M
 from common import random_params
@@ -407,3 +409,49 @@ def test_split_head_counts_exercise_right_and_wrong():
     for words, wrong in cases.items():
         verdict = M.exercises.check_split_head_counts(wrong)
         assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+# ---------------------------------------------------------------- the backward pass, and grouped keys and values
+
+@pytest.mark.parametrize("p", [1, 2, 4])
+def test_backward_terms_sum_to_the_layers_input_gradient_and_slices_are_local(rng, p):
+    params = random_params(rng, 8, 4)
+    x_q, x_kv = rng.normal(size=(2, 3, 8)), rng.normal(size=(2, 5, 8))
+    mask = rng.random((2, 3, 5)) < 0.7
+    mask[..., 0] = True
+    d_y = rng.normal(size=(2, 3, 8))
+    (dx_q, dx_k, dx_v), grads = M.parallel.simulate_head_parallel_backward(x_q, x_kv, x_kv, params, d_y, p, mask)
+    # the oracle: torch autograd on the whole layer (torch's own nn.MultiheadAttention, float64)
+    module = M.params_to_torch(params)
+    tq, tkv = torch.tensor(x_q, requires_grad=True), torch.tensor(x_kv, requires_grad=True)
+    y, _ = module(tq, tkv, tkv, attn_mask=torch.from_numpy(~np.repeat(mask, 4, axis=0)))
+    y.backward(torch.from_numpy(d_y))
+    np.testing.assert_allclose(dx_q, tq.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dx_k + dx_v, tkv.grad.numpy(), rtol=1e-10, atol=1e-12)
+    full = M.grads.grads_from_torch(module)
+    width = 8 // p  # each worker's columns of W_Q, W_K, W_V and rows of W_O
+    for r, g in enumerate(grads):
+        cols = slice(r * width, (r + 1) * width)
+        np.testing.assert_allclose(g.w_q, full.w_q[:, cols], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(g.w_v, full.w_v[:, cols], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(g.w_o, full.w_o[cols], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(g.b_k, full.b_k[cols], rtol=1e-10, atol=1e-12)
+        assert (g.b_o is not None) == (r == 0)
+
+
+@pytest.mark.parametrize("h, h_kv, p", [(8, 8, 4), (8, 4, 2), (8, 2, 4), (8, 1, 8), (6, 3, 3), (8, 2, 8)])
+def test_grouped_heads_split_over_workers_equal_torchs_gqa_and_replicate_as_predicted(rng, h, h_kv, p):
+    q, k, v = rng.normal(size=(2, h, 3, 4)), rng.normal(size=(2, h_kv, 5, 4)), rng.normal(size=(2, h_kv, 5, 3))
+    out = M.parallel.simulate_gqa_head_parallel(q, k, v, p)
+    ref = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), enable_gqa=True).numpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+    held = [M.parallel.worker_kv_heads(h, h_kv, p, r) for r in range(p)]
+    copies = np.bincount([j for kv in held for j in kv], minlength=h_kv)
+    assert np.all(copies == max(1, p // h_kv))  # every key/value head on p / h_kv workers, or on one
+    for r, kv in enumerate(held):  # exactly the key/value heads its query heads read: i // (h / h_kv)
+        assert set(kv) == {i // (h // h_kv) for i in M.parallel.worker_heads(h, p, r)}
+
+
+def test_worker_groups_that_would_straddle_are_refused_with_the_numbers():
+    with pytest.raises(ValueError, match=r"h_kv = 3 key/value heads and p = 4 workers"):
+        M.parallel.worker_kv_heads(12, 3, 4, 1)
