@@ -1,4 +1,4 @@
-"""Attention without the (n, m) matrix: the online softmax and a block-wise ("flash"-style) forward pass.
+"""Attention without the (n, m) matrix: the online softmax, and block-wise ("flash"-style) forward and backward passes.
 
 Axis names as in ``attention.py`` (``...`` batch, ``n`` queries, ``m`` keys, ``d_k``, ``d_v``), and
 
@@ -15,8 +15,15 @@ keys arrives (chapter 7 derives them; the comments name its equations):
 When a block brings a larger maximum, the old l and acc are multiplied by exp(m_old - m_new), which
 turns them into sums relative to the new maximum. At the end ``acc / l`` is exactly softmax · V, but
 the largest array that ever existed was one (..., t, b) block of scores, never the (..., n, m) weights.
+
+The backward pass (``blockwise_attention_backward``) works tile by tile too. From the output and the
+log-sum-exp that the forward kept it gets, per query row,
+
+    δ      rowsum(dO ⊙ O), which equals rowsum(dA ⊙ A) (eq-ch7-delta)   (..., n, 1)
+
+and then recomputes each (t, b) tile of weights from the log-sum-exp instead of storing them.
 Milakov and Gimelshein (2018) describe the running maximum and sum; Dao et al. (2022) build
-FlashAttention on the same update.
+FlashAttention on the same update, and its backward on the same recomputation.
 """
 
 import math
@@ -221,3 +228,109 @@ def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None,
             with np.errstate(divide="ignore"):  # log(0) = -inf for a row that saw nothing
                 lse[..., rows] = (m_run + np.log(l_run))[..., 0]  # eq-ch7-lse, (..., t, 1) -> (..., t)
     return (out, lse) if return_lse else out
+
+
+def _sum_to_batch(grad, shape):
+    """Sum ``grad`` (batch + (rows, width)) back to ``shape``, over the batch axes an input was broadcast along."""
+    extra = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(extra)))  # leading batch axes the input did not have
+    stretched = tuple(i for i, size in enumerate(shape) if size == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=stretched, keepdims=True) if stretched else grad  # batch axes of size 1 that were stretched
+
+
+def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_size=128, query_block=None,
+                                 causal=False):
+    """Gradients of ``blockwise_attention`` with respect to q, k and v, tile by tile, without the (n, m) weights.
+
+    The backward of chapter 5 needs the weights A and, for the softmax, the row sums
+    δ_i = Σ_j da_ij a_ij (eq-ch5-softmax-backward). This pass uses instead what the forward
+    kept with ``return_lse=True``: the output ``out`` and the log-sum-exp ``lse`` of each query.
+    Because dA = dO Vᵀ and O = A V, δ_i = Σ_c do_ic o_ic (eq-ch7-delta), computed from the output
+    before any block is read. Then every (t, b) tile of weights is recomputed from the log-sum-exp,
+    p_ij = exp(s_ij − lse_i) (eq-ch7-recompute), and its part of each gradient is added in. Keys
+    are the outer loop, so that dK and dV of one block are finished before the next block starts;
+    dQ collects a part from every block. The largest temporary arrays are (t, b) tiles.
+
+    Parameters
+    ----------
+    q, k, v, mask, block_size, query_block, causal
+        As given to ``blockwise_attention`` (the mask and ``causal`` must be the same).
+    out : array_like, (..., n, d_v)
+        The forward's output.
+    lse : array_like, (..., n)
+        The forward's log-sum-exp (``return_lse=True``); -inf for a query that sees nothing.
+    d_out : array_like, (..., n, d_v)
+        ∂L/∂out.
+
+    Returns
+    -------
+    dq, dk, dv : ndarrays, the shapes of q, k and v
+        Equal to ``grads.sdpa_backward(q, k, v, d_out, mask)`` up to rounding. An input broadcast
+        over batch dimensions receives the sum over every place it was used; a query that sees
+        nothing gets zero gradient, and so do the keys and values only it could see.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(7, 4)), rng.normal(size=(7, 3))
+    >>> out, lse = blockwise_attention(q, k, v, block_size=3, return_lse=True)
+    >>> d_out = rng.normal(size=(5, 3))
+    >>> dq, dk, dv = blockwise_attention_backward(q, k, v, out, lse, d_out, block_size=3)
+    >>> from mha_lessons.grads import sdpa_backward                # builds the (5, 7) weights
+    >>> all(np.allclose(a, b, rtol=1e-12, atol=1e-14) for a, b in zip((dq, dk, dv), sdpa_backward(q, k, v, d_out)))
+    True
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    block_size = _check_block(block_size, "block_size")
+    if mask is not None and mask.ndim < 2:  # a (m,) or scalar mask: give it its query and key axes
+        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # -> (1, m) or (1, 1)
+    n, d_k = q.shape[-2:]
+    m_keys, d_v = v.shape[-2:]
+    tile = n if query_block is None else _check_block(query_block, "query_block")
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    dtype = np.result_type(q, k, v)
+    expected = {"out": batch + (n, d_v), "lse": batch + (n,), "d_out": batch + (n, d_v)}
+    given = {}
+    for name, array in (("out", out), ("lse", lse), ("d_out", d_out)):
+        given[name] = as_float_array(array, name)
+        if given[name].shape != expected[name]:
+            raise ValueError(f"{name} has shape {given[name].shape}, but q {q.shape}, k {k.shape} and v {v.shape} "
+                             f"give the forward's {name} the shape {expected[name]}")
+    out, lse, d_out = given["out"], given["lse"], given["d_out"]
+    scale = 1 / math.sqrt(d_k)  # a Python float: float32 stays float32
+    qf = np.broadcast_to(q, batch + (n, d_k))  # (..., n, d_k), a view with the full batch axes
+    kf = np.broadcast_to(k, batch + (m_keys, d_k))  # (..., m, d_k)
+    vf = np.broadcast_to(v, batch + (m_keys, d_v))  # (..., m, d_v)
+    # eq-ch7-delta: δ = rowsum(dO ⊙ O) = rowsum(dA ⊙ A), one number per query, (..., n, 1)
+    delta = np.sum(d_out * out, axis=-1, keepdims=True, dtype=dtype)
+    lse_col = _shift(lse[..., None].astype(dtype))  # (..., n, 1); 0 for a query that sees nothing
+    dq = np.zeros(batch + (n, d_k), dtype=dtype)
+    dk = np.zeros(batch + (m_keys, d_k), dtype=dtype)
+    dv = np.zeros(batch + (m_keys, d_v), dtype=dtype)
+    for j0 in range(0, m_keys, block_size):  # key blocks: dK and dV of this block are finished in this loop
+        cols = slice(j0, min(j0 + block_size, m_keys))
+        k_blk, v_blk = kf[..., cols, :], vf[..., cols, :]  # (..., b, d_k), (..., b, d_v)
+        for i0 in range(0, n, tile):  # query tiles
+            rows = slice(i0, min(i0 + tile, n))
+            if causal and j0 > rows.stop - 1:
+                continue  # every key of this block lies in the future of every query of the tile
+            # the forward's scores of this tile, (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
+            p = (qf[..., rows, :] * scale) @ np.swapaxes(k_blk, -1, -2)
+            allowed = None if mask is None else _mask_tile(mask, rows, cols)
+            if causal:
+                future_ok = np.arange(rows.start, rows.stop)[:, None] >= np.arange(cols.start, cols.stop)  # (t, b)
+                allowed = future_ok if allowed is None else allowed & future_ok
+            if allowed is not None:
+                np.copyto(p, -np.inf, where=~allowed)  # forbidden pairs: weight exp(-inf) = 0
+            p -= lse_col[..., rows, :]
+            np.exp(p, out=p)  # eq-ch7-recompute: p_ij = exp(s_ij - lse_i), the weights of this tile, (..., t, b)
+            do_t = d_out[..., rows, :]  # (..., t, d_v)
+            dv[..., cols, :] += np.swapaxes(p, -1, -2) @ do_t  # eq-ch5-dv: (..., b, t) @ (..., t, d_v)
+            ds = do_t @ np.swapaxes(v_blk, -1, -2)  # eq-ch5-da: dA of this tile, (..., t, d_v) @ (..., d_v, b)
+            ds -= delta[..., rows, :]  # eq-ch5-softmax-backward with eq-ch7-delta: da_ij - δ_i
+            ds *= p  # ... times p_ij: dS̃ of this tile, in place, (..., t, b)
+            ds *= scale  # eq-ch5-scale: dS = dS̃ / √d_k
+            dq[..., rows, :] += ds @ k_blk  # eq-ch5-dq: (..., t, b) @ (..., b, d_k)
+            dk[..., cols, :] += np.swapaxes(ds, -1, -2) @ qf[..., rows, :]  # eq-ch5-dk: (..., b, t) @ (..., t, d_k)
+            del p, ds  # free this tile before the next one exists
+    return _sum_to_batch(dq, q.shape), _sum_to_batch(dk, k.shape), _sum_to_batch(dv, v.shape)

@@ -2,7 +2,8 @@
 
 Oracles: ``M.scaled_dot_product_attention`` and ``M.softmax`` (which build the whole (n, m) array),
 ``torch.nn.functional.scaled_dot_product_attention``, ``torch.softmax`` and ``torch.logsumexp`` in
-float64, and direct formulas (the maximum and the sum of a prefix of a row). Peak memory is measured
+float64, and direct formulas (the maximum and the sum of a prefix of a row). The block-wise backward is checked
+against torch autograd in float64 and against ``grads.sdpa_backward``. Peak memory is measured
 with tracemalloc, which sees numpy's allocations. The exercise checkers of chapter 7 are tested at the
 end, with wrong answers written the way a learner would write them.
 """
@@ -216,6 +217,148 @@ def test_the_plain_version_holds_the_whole_matrix():
     n = m = 2048
     q = np.random.default_rng(0).normal(size=(n, 4))
     assert peak_bytes(lambda: M.scaled_dot_product_attention(q, q, q)) >= n * m * q.itemsize
+
+
+# ---------------------------------------------------------------- the backward pass, block by block
+# Oracles: torch autograd through torch.nn.functional.scaled_dot_product_attention in float64, and the package's
+# sdpa_backward (which builds the whole (n, m) weights). The identity it rests on is checked on its own first.
+
+from mha_lessons.blockwise import blockwise_attention_backward  # noqa: E402
+from mha_lessons.grads import sdpa_backward  # noqa: E402
+
+
+def torch_sdpa_grads(q, k, v, d_out, mask=None, is_causal=False):
+    t = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    attn_mask = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask))
+    out = torch.nn.functional.scaled_dot_product_attention(*t, attn_mask=attn_mask, is_causal=is_causal)
+    out.backward(torch.from_numpy(d_out))
+    return [a.grad.numpy() for a in t]
+
+
+def block_backward(q, k, v, d_out, mask=None, causal=False, **blocks):
+    out, lse = blockwise_attention(q, k, v, mask, causal=causal, return_lse=True, **blocks)
+    return blockwise_attention_backward(q, k, v, out, lse, d_out, mask, causal=causal, **blocks)
+
+
+def test_rowsum_identity_of_the_softmax_backward(rng):
+    # rowsum(dA ⊙ A) = rowsum(dO ⊙ O) for dA = dO Vᵀ and O = A V, with a mask and an empty row too
+    q, k, v = random_inputs(rng, (2,), (2,), (2,), 6, 9, 4, 3)
+    mask = rng.random((2, 6, 9)) < 0.6
+    mask[1, 2] = False
+    d_out = rng.normal(size=(2, 6, 3))
+    out, a = M.scaled_dot_product_attention(q, k, v, mask)
+    d_a = d_out @ np.swapaxes(v, -1, -2)
+    np.testing.assert_allclose(np.sum(d_a * a, axis=-1), np.sum(d_out * out, axis=-1), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"n{s[3]}_m{s[4]}_batch{s[0]}{s[1]}{s[2]}")
+def test_backward_equals_sdpa_backward_for_every_block_size(rng, shape):
+    *batches, n, m, d_k, d_v = shape
+    q, k, v = random_inputs(rng, *batches, n, m, d_k, d_v)
+    batch = np.broadcast_shapes(*batches)
+    d_out = rng.normal(size=batch + (n, d_v))
+    expected = sdpa_backward(q, k, v, d_out)
+    for b in block_sizes(m):
+        for t in (None, 1, 4):
+            got = block_backward(q, k, v, d_out, block_size=b, query_block=t)
+            for name, mine, ref in zip(("dq", "dk", "dv"), got, expected):
+                assert mine.shape == ref.shape
+                np.testing.assert_allclose(mine, ref, rtol=RTOL, atol=ATOL, err_msg=f"{name}, b={b}, t={t}")
+
+
+def test_backward_agrees_with_torch_autograd_in_float64(rng):
+    q, k, v = random_inputs(rng, (2, 3), (2, 3), (2, 3), 10, 14, 8, 5)
+    d_out = rng.normal(size=(2, 3, 10, 5))
+    mask = rng.random((2, 3, 10, 14)) < 0.7
+    mask[..., 0] = True  # torch gives nan for a query that sees nothing; sdpa_backward covers that case
+    for m_ in (None, mask):
+        expected = torch_sdpa_grads(q, k, v, d_out, m_)
+        for b, t in ((1, None), (5, 3), (14, 4), (64, None)):
+            for mine, ref in zip(block_backward(q, k, v, d_out, m_, block_size=b, query_block=t), expected):
+                np.testing.assert_allclose(mine, ref, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("n, m", [(9, 9), (6, 11), (11, 6)])
+def test_causal_backward_agrees_with_torch_is_causal(rng, n, m):
+    q, k, v = random_inputs(rng, (2,), (2,), (2,), n, m, 4, 3)
+    d_out = rng.normal(size=(2, n, 3))
+    expected = torch_sdpa_grads(q, k, v, d_out, is_causal=True)
+    for b in block_sizes(m):
+        for t in (None, 1, 4):
+            with np.errstate(**STRICT):
+                got = block_backward(q, k, v, d_out, causal=True, block_size=b, query_block=t)
+            for mine, ref in zip(got, expected):
+                np.testing.assert_allclose(mine, ref, rtol=1e-10, atol=1e-13)
+
+
+def test_backward_with_masks_and_queries_that_see_nothing(rng):
+    n, m = 7, 10
+    q, k, v = random_inputs(rng, (2,), (2,), (2,), n, m, 4, 3)
+    d_out = rng.normal(size=(2, n, 3))
+    mask = rng.random((2, n, m)) < 0.5
+    mask[0, 0] = False  # sees nothing
+    mask[1, 1, :7] = False  # its first blocks are entirely masked
+    mask[:, :, 9] = False  # key 9 is seen by no query: zero dk and dv
+    expected = sdpa_backward(q, k, v, d_out, mask)
+    for b in block_sizes(m):
+        for t in (None, 2):
+            with np.errstate(**STRICT):  # no nan from lse = -inf
+                got = block_backward(q, k, v, d_out, mask, block_size=b, query_block=t)
+            for mine, ref in zip(got, expected):
+                np.testing.assert_allclose(mine, ref, rtol=RTOL, atol=ATOL)
+            np.testing.assert_array_equal(got[0][0, 0], 0.0)
+            np.testing.assert_array_equal(got[1][:, 9], 0.0)
+            np.testing.assert_array_equal(got[2][:, 9], 0.0)
+
+
+def test_backward_uses_the_saved_output_and_log_sum_exp(rng):
+    # Not a recomputed forward: a wrong lse or a wrong output gives wrong gradients.
+    q, k, v = random_inputs(rng, (), (), (), 5, 8, 3, 2)
+    d_out = rng.normal(size=(5, 2))
+    out, lse = blockwise_attention(q, k, v, block_size=3, return_lse=True)
+    right = blockwise_attention_backward(q, k, v, out, lse, d_out, block_size=3)
+    shifted = blockwise_attention_backward(q, k, v, out, lse + 0.5, d_out, block_size=3)  # weights e^-0.5 too small
+    np.testing.assert_allclose(shifted[2], np.exp(-0.5) * right[2], rtol=1e-12)
+    wrong_out = blockwise_attention_backward(q, k, v, out + 1.0, lse, d_out, block_size=3)
+    assert not np.allclose(wrong_out[0], right[0])
+    np.testing.assert_allclose(wrong_out[2], right[2], rtol=1e-12)  # dV = Pᵀ dO does not read the output
+
+
+def test_backward_keeps_float32(rng):
+    q, k, v = (a.astype(np.float32) for a in random_inputs(rng, (2,), (2,), (2,), 16, 30, 8, 4))
+    d_out = rng.normal(size=(2, 16, 4)).astype(np.float32)
+    got = block_backward(q, k, v, d_out, block_size=7)
+    expected = sdpa_backward(*(a.astype(np.float64) for a in (q, k, v, d_out)))
+    for mine, ref in zip(got, expected):
+        assert mine.dtype == np.float32
+        np.testing.assert_allclose(mine, ref, rtol=2e-4, atol=2e-5 * float(np.abs(ref).max()))
+
+
+def test_backward_never_holds_the_whole_matrix():
+    n = m = 2048
+    b = 128
+    rng = np.random.default_rng(0)
+    q, k, v, d_out = (rng.normal(size=(s, 4)).astype(np.float32) for s in (n, m, m, n))
+    out, lse = blockwise_attention(q, k, v, block_size=b, return_lse=True)
+    peak = peak_bytes(lambda: blockwise_attention_backward(q, k, v, out, lse, d_out, block_size=b))
+    tiles = 3 * n * b * 4  # the weights, their gradient and one product of a tile, at most, at once
+    assert tiles + 64 * 1024 < n * m * 4 / 2
+    assert peak <= tiles + (8 * n * 4) * 4 + 64 * 1024, peak  # plus dq, dk, dv, δ, lse and the scaled queries
+    assert peak_bytes(lambda: sdpa_backward(q, k, v, d_out)) >= n * m * 4  # the plain backward holds the weights
+
+
+def test_backward_rejects_arrays_that_do_not_fit(rng):
+    q, k, v = random_inputs(rng, (2,), (2,), (2,), 5, 8, 3, 2)
+    out, lse = blockwise_attention(q, k, v, return_lse=True)
+    d_out = np.ones_like(out)
+    with pytest.raises(ValueError, match=r"lse has shape \(2, 5, 1\), but .* the shape \(2, 5\)"):
+        blockwise_attention_backward(q, k, v, out, lse[..., None], d_out)
+    with pytest.raises(ValueError, match=r"d_out has shape \(2, 5, 3\), but .* the shape \(2, 5, 2\)"):
+        blockwise_attention_backward(q, k, v, out, lse, np.ones((2, 5, 3)))
+    with pytest.raises(ValueError, match=r"out has shape \(5, 2\)"):
+        blockwise_attention_backward(q, k, v, out[0], lse, d_out)
+    with pytest.raises(ValueError, match=r"block_size must be a positive integer"):
+        blockwise_attention_backward(q, k, v, out, lse, d_out, block_size=0)
 
 
 # ---------------------------------------------------------------- the online softmax

@@ -220,3 +220,265 @@ def test_softmax_stage_counts_the_passes_the_code_makes_over_the_scores(rng, h, 
     assert sorted(passes) == sorted([("maximum", "reduce"), ("subtract", "__call__"), ("exp", "__call__"),
                                      ("add", "reduce"), ("divide", "__call__")]), passes
     assert M.complexity.mha_flops(n, 4 * h, h, m)["softmax"] == len(passes) * h * n * m
+
+
+# ---------------------------------------------------------------- the backward pass: FLOPs against torch's counter
+
+import math  # noqa: E402
+
+import mha_lessons.grads as grads  # noqa: E402
+
+
+def torch_layer_by_hand(x_q, x_k, x_v, weights, biases, h):
+    """The layer of multihead.py written out in torch, float64, so that autograd differentiates every step."""
+    B, n, d = x_q.shape
+    m = x_k.shape[1]
+
+    def split(t, rows):  # (B, rows, d) -> (B, h, rows, d_k)
+        return t.view(B, rows, h, d // h).transpose(1, 2)
+
+    bq, bk, bv, bo = biases if biases is not None else (0, 0, 0, 0)
+    q, k, v = split(x_q @ weights[0] + bq, n), split(x_k @ weights[1] + bk, m), split(x_v @ weights[2] + bv, m)
+    a = torch.softmax((q * (1 / math.sqrt(d // h))) @ k.transpose(-1, -2), dim=-1)  # (B, h, n, m)
+    concat = (a @ v).transpose(1, 2).reshape(B, n, d)  # (B, h, n, d_k) -> (B, n, d_model)
+    return concat @ weights[3] + bo
+
+
+def torch_leaves(batch, n, m, d_model, bias, self_attention=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_()
+
+    x_q = leaf(batch, n, d_model)
+    x_k, x_v = (x_q, x_q) if self_attention else (leaf(batch, m, d_model), leaf(batch, m, d_model))
+    weights = [leaf(d_model, d_model) for _ in range(4)]
+    biases = [leaf(d_model) for _ in range(4)] if bias else None
+    return x_q, x_k, x_v, weights, biases
+
+
+@pytest.mark.parametrize("batch, n, m, d_model, h", [(1, 4, 4, 8, 1), (2, 5, 7, 12, 3), (1, 16, 16, 64, 8),
+                                                     (3, 9, 2, 32, 4), (1, 1, 33, 16, 16)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_backward_matmul_flops_equal_torchs_flop_counter(batch, n, m, d_model, h, bias):
+    x_q, x_k, x_v, weights, biases = torch_leaves(batch, n, m, d_model, bias)
+    y = torch_layer_by_hand(x_q, x_k, x_v, weights, biases, h)
+    with FlopCounterMode(display=False) as counter:
+        y.backward(torch.randn_like(y))
+    assert M.complexity.mha_backward_flops(n, d_model, h, m, batch=batch, bias=bias)["matmul"] \
+        == counter.get_total_flops()
+
+
+def test_backward_flops_of_torchs_own_layer():
+    # torch.nn.MultiheadAttention with need_weights=True runs the products explicitly; its backward's
+    # products are ours too (self-attention: the three paths into one input change no product).
+    batch, n, d_model, h = 2, 24, 32, 4
+    module = torch.nn.MultiheadAttention(d_model, h, batch_first=True, dtype=torch.float64)
+    x = torch.randn(batch, n, d_model, dtype=torch.float64, requires_grad=True)
+    y, _ = module(x, x, x, need_weights=True, average_attn_weights=False)
+    with FlopCounterMode(display=False) as counter:
+        y.backward(torch.randn_like(y))
+    assert M.complexity.mha_backward_flops(n, d_model, h, batch=batch)["matmul"] == counter.get_total_flops()
+
+
+def test_backward_products_are_twice_the_forward_products():
+    for n, m, d_model, h in [(7, 7, 16, 4), (100, 300, 128, 4), (1024, 1024, 512, 8)]:
+        forward = M.complexity.mha_flops(n, d_model, h, m)
+        backward = M.complexity.mha_backward_flops(n, d_model, h, m)
+        d = d_model
+        assert backward["matmul"] == 2 * (8 * n * d * d if n == m else 4 * n * d * d + 4 * m * d * d) \
+            + 8 * n * m * d == 2 * forward["matmul"]
+
+
+def test_backward_flops_by_hand():
+    # n = 2, m = 3, d_model = 4, h = 2, batch 1: each product 2 · rows · inner · columns
+    back = M.complexity.mha_backward_flops(2, 4, 2, 3)
+    assert (back["d_concat"], back["dw_o"], back["db_o"]) == (2 * 2 * 4 * 4, 2 * 4 * 2 * 4, 2 * 4)
+    assert back["dv"] == 2 * (2 * 3 * 2 * 2)  # two heads of (3, 2) @ (2, 2)
+    assert back["softmax"] == 4 * 2 * 2 * 3 and back["scale"] == 2 * 2 * 3
+    assert back["dx_k"] == back["dw_v"] == 2 * 3 * 4 * 4
+    assert back["db_qkv"] == (2 + 3 + 3) * 4
+    assert back["total"] == sum(v for k, v in back.items() if k not in ("matmul", "total"))
+    assert M.complexity.mha_backward_flops(2, 4, 2, 3, bias=False)["db_qkv"] == 0
+
+
+# ---------------------------------------------------------------- the backward pass: what it keeps
+
+def spy_on_the_backward(monkeypatch):
+    """Record every forward array that the backward formulas of grads.py read (not the gradients, not the weights
+    of the layer): the x of each projection's backward, q, k and v in sdpa_backward, the weights in
+    softmax_backward."""
+    read = []
+    project, sdpa, softmax_back = grads._project_backward, grads.sdpa_backward, grads.softmax_backward
+
+    def project_spy(x, w, dy, has_bias):
+        read.append(x)
+        return project(x, w, dy, has_bias)
+
+    def sdpa_spy(q, k, v, d_out, mask=None):
+        read.extend((q, k, v))
+        return sdpa(q, k, v, d_out, mask)
+
+    def softmax_spy(weights, d_weights, axis=-1):
+        read.append(weights)
+        return softmax_back(weights, d_weights, axis)
+
+    monkeypatch.setattr(grads, "_project_backward", project_spy)
+    monkeypatch.setattr(grads, "sdpa_backward", sdpa_spy)
+    monkeypatch.setattr(grads, "softmax_backward", softmax_spy)
+    return read
+
+
+def distinct_bytes(arrays):
+    """Bytes of the distinct arrays among ``arrays`` (the same array read twice counts once)."""
+    seen = {}
+    for a in arrays:
+        seen[(a.__array_interface__["data"][0], a.shape, a.strides)] = a.nbytes
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("self_attention", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_saved_bytes_are_the_arrays_the_backward_of_grads_reads(monkeypatch, self_attention, dtype):
+    batch, n, d_model, h = 2, 6, 16, 4
+    m = n if self_attention else 9
+    rng = np.random.default_rng(0)
+    params = M.init_params(d_model, h, dtype=dtype)
+    x_q = rng.normal(size=(batch, n, d_model)).astype(dtype)
+    x_k, x_v = (x_q, x_q) if self_attention else (rng.normal(size=(batch, m, d_model)).astype(dtype) for _ in "kv")
+    read = spy_on_the_backward(monkeypatch)
+    grads.mha_backward(x_q, x_k, x_v, params, np.ones((batch, n, d_model), dtype=dtype))
+    saved = M.complexity.saved_for_backward_bytes(n, d_model, h, m, batch=batch, dtype=dtype,
+                                                  self_attention=self_attention)
+    assert len(read) == 8  # x_q, x_k, x_v, concat; q, k, v; the weights
+    assert saved["total"] == distinct_bytes(read)
+    weights = [a for a in read if a.shape == (batch, h, n, m)]
+    assert len(weights) == 1 and saved["weights"] == weights[0].nbytes
+
+
+def test_saved_bytes_are_what_torch_autograd_saves():
+    # torch.autograd.graph.saved_tensors_hooks sees every tensor autograd keeps for the backward.
+    batch, n, d_model, h = 2, 5, 12, 3
+    x, _, _, weights, biases = torch_leaves(batch, n, n, d_model, bias=True, self_attention=True)
+    parameters = {p.data_ptr() for p in weights + biases}
+    storages = {}
+
+    def keep(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in parameters:  # the layer's own weights are not the forward's arrays
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        torch_layer_by_hand(x, x, x, weights, biases, h)
+    saved = M.complexity.saved_for_backward_bytes(n, d_model, h, batch=batch, dtype="float64", self_attention=True)
+    assert sum(storages.values()) == saved["total"]
+
+
+def test_recomputing_keeps_the_log_sum_exp_instead_of_the_weights():
+    n, d_model, h = 64, 32, 4
+    keep = M.complexity.saved_for_backward_bytes(n, d_model, h, batch=2)
+    recompute = M.complexity.saved_for_backward_bytes(n, d_model, h, batch=2, recompute_weights=True)
+    q = np.zeros((2, h, n, d_model // h), dtype=np.float32)
+    _, lse = M.blockwise.blockwise_attention(q, q, q, return_lse=True)  # what the forward keeps instead
+    assert (keep["lse"], recompute["weights"]) == (0, 0)
+    assert recompute["lse"] == lse.nbytes
+    assert keep["total"] - recompute["total"] == keep["weights"] - lse.nbytes
+
+
+def test_saved_bytes_check_their_arguments():
+    with pytest.raises(ValueError, match="m = 5 must equal n = 4"):
+        M.complexity.saved_for_backward_bytes(4, 8, 2, 5, self_attention=True)
+    with pytest.raises(ValueError, match="divisible"):
+        M.complexity.saved_for_backward_bytes(4, 10, 3)
+    with pytest.raises(ValueError, match="batch must be a positive integer, got 0"):
+        M.complexity.mha_backward_flops(4, 8, 2, batch=0)
+
+
+# ---------------------------------------------------------------- arithmetic intensity: the bytes each stage moves
+
+class Traced(np.ndarray):
+    """An array that adds up the bytes of the big arrays every numpy operation on it reads and writes."""
+
+    log = None  # a list of (ufunc name, bytes of (B, h, n, m)-sized operands and results)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        plain = [np.asarray(a) if isinstance(a, Traced) else a for a in inputs]
+        outs = None if out is None else tuple(np.asarray(o) if isinstance(o, Traced) else o for o in out)
+        result = getattr(ufunc, method)(*plain, **({"out": outs} if outs else {}), **kwargs)
+        written = outs[0] if outs else result
+        arrays = [a for a in plain if isinstance(a, np.ndarray)] + [written]
+        Traced.log.append((ufunc.__name__, sum(a.nbytes for a in arrays if a.size == Traced.big)))
+        return out[0] if out else result  # in place (x -= ...): x stays traced
+
+
+def test_softmax_moves_the_bytes_the_intensity_count_says():
+    batch, n, m, d_model, h = 2, 8, 12, 16, 4
+    scores = np.random.default_rng(0).normal(size=(batch, h, n, m)).astype(np.float32)
+    Traced.log, Traced.big = [], scores.size
+    M.attention.softmax_inplace(scores.view(Traced), axis=-1)  # the package's in-place softmax, traced
+    passes = [(name, moved) for name, moved in Traced.log if moved]
+    assert [name for name, _ in passes] == ["maximum", "subtract", "exp", "add", "divide"]  # five passes
+    big = sum(moved for _, moved in passes)
+    stage = M.complexity.mha_intensity(n, d_model, h, m, batch=batch)["softmax"]
+    assert stage["bytes"] == big + 4 * batch * h * n * 4  # the per-row maxima and sums, written and read once
+
+
+def test_matrix_product_stages_move_their_operands_and_results():
+    batch, n, m, d_model, h = 2, 6, 9, 16, 4
+    rng = np.random.default_rng(1)
+    params = M.init_params(d_model, h, dtype=np.float32)
+    x_q = rng.normal(size=(batch, n, d_model)).astype(np.float32)
+    x_kv = rng.normal(size=(batch, m, d_model)).astype(np.float32)
+    q = M.split_heads(x_q @ params.w_q, h)  # (B, h, n, d_k)
+    k, v = (M.split_heads(x_kv @ w, h) for w in (params.w_k, params.w_v))
+    scores = q @ np.swapaxes(k, -1, -2)  # (B, h, n, m)
+    out = scores @ v  # (B, h, n, d_k)
+    concat = M.combine_heads(out)
+    y = concat @ params.w_o
+    stages = M.complexity.mha_intensity(n, d_model, h, m, batch=batch)
+    assert stages["q_projection"]["bytes"] == x_q.nbytes + params.w_q.nbytes + q.nbytes
+    assert stages["k_projection"]["bytes"] == x_kv.nbytes + params.w_k.nbytes + k.nbytes
+    assert stages["scores"]["bytes"] == q.nbytes + k.nbytes + scores.nbytes
+    assert stages["weighted_sum"]["bytes"] == scores.nbytes + v.nbytes + out.nbytes
+    assert stages["combine_heads"]["bytes"] == out.nbytes + concat.nbytes
+    assert stages["output_projection"]["bytes"] == concat.nbytes + params.w_o.nbytes + y.nbytes
+    flops = M.complexity.mha_flops(n, d_model, h, m, batch=batch)
+    for name, stage in stages.items():
+        assert stage["flops"] == flops.get(name, 0)
+        assert stage["intensity"] == stage["flops"] / stage["bytes"]
+
+
+def test_products_have_high_intensity_and_element_wise_passes_low():
+    stages = M.complexity.mha_intensity(1024, 512, 8)
+    d, d_k, n = 512, 64, 1024
+    assert stages["q_projection"]["intensity"] == pytest.approx(2 * n * d * d / (4 * (2 * n * d + d * d)))
+    assert stages["scores"]["intensity"] == pytest.approx(2 * n * n * d / (4 * (2 * n * d + 8 * n * n)))
+    assert stages["scores"]["intensity"] < d_k / 2  # at most d_k / 2 FLOPs per float32 number written
+    assert max(stages[s]["intensity"] for s in ("scale", "softmax", "bias", "combine_heads")) < 1
+    assert stages["softmax"]["intensity"] == pytest.approx(5 / 32, rel=1e-3)  # 5 FLOPs per 8 numbers moved
+    assert M.complexity.mha_intensity(1024, 512, 8, dtype="float64")["scale"]["intensity"] == 1 / 16
+
+
+def test_torchs_fused_layer_keeps_the_log_sum_exp_instead_of_the_weights():
+    # With need_weights=False torch's CPU layer runs a fused attention kernel whose backward recomputes the
+    # weights: it keeps x, the packed q, k, v, a (B, h, n) log-sum-exp and the output, which is the concatenated
+    # heads (the same storage). If torch ever picks another kernel here, this test says so.
+    batch, n, d_model, h = 2, 5, 12, 3
+    module = torch.nn.MultiheadAttention(d_model, h, batch_first=True, dtype=torch.float64)
+    parameters = {p.data_ptr() for p in module.parameters()}
+    x = torch.randn(batch, n, d_model, dtype=torch.float64, requires_grad=True)
+    storages, shapes = {}, []
+
+    def keep(t):
+        if t.untyped_storage().data_ptr() not in parameters:
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        module(x, x, x, need_weights=False)
+    assert (batch, h, n) in shapes and (batch, h, n, n) not in shapes
+    saved = M.complexity.saved_for_backward_bytes(n, d_model, h, batch=batch, dtype="float64", self_attention=True,
+                                                  recompute_weights=True)
+    assert sum(storages.values()) == saved["total"]
