@@ -39,7 +39,7 @@ def _check_block(value, name):
     return int(value)
 
 
-def _shift(running_max):
+def shift_for_exp(running_max):
     """The number to subtract before ``exp``: the running maximum, or 0 where it is still -inf.
 
     A row that has seen only masked keys has m = -inf; subtracting it would compute
@@ -83,7 +83,7 @@ def online_softmax_steps(x, block_size):
     for start in range(0, x.shape[-1], block_size):
         block = x[..., start:start + block_size]  # (..., b)
         m_new = np.maximum(m, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
-        shift = _shift(m_new)
+        shift = shift_for_exp(m_new)
         # eq-ch7-running-sum: rescale the old sum to the new maximum, then add the block's terms
         l = l * np.exp(m - shift) + np.exp(block - shift).sum(axis=-1, keepdims=True)
         m = m_new
@@ -121,7 +121,7 @@ def online_softmax(x, block_size=128, axis=-1):
     for _, m, l in online_softmax_steps(rows, block_size):
         pass  # the state after the last block
     l[l == 0] = 1  # only all -inf rows sum to 0; their exp(-inf) = 0 entries stay 0
-    return np.moveaxis(np.exp(rows - _shift(m)) / l, -1, axis)  # eq-ch7-final, back to x's layout
+    return np.moveaxis(np.exp(rows - shift_for_exp(m)) / l, -1, axis)  # eq-ch7-final, back to x's layout
 
 
 def _mask_tile(mask, rows, cols):
@@ -133,19 +133,55 @@ def _mask_tile(mask, rows, cols):
     return mask
 
 
-def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False,
-                        return_lse=False):
+def _block_forbidden(scores, mask, rows, cols, causal):
+    """Set to -inf, in place, the scores of a (..., t, b) tile that the mask or causality forbids."""
+    allowed = None if mask is None else _mask_tile(mask, rows, cols)
+    if causal:
+        future_ok = np.arange(rows.start, rows.stop)[:, None] >= np.arange(cols.start, cols.stop)  # (t, b)
+        allowed = future_ok if allowed is None else allowed & future_ok
+    if allowed is not None:
+        np.copyto(scores, -np.inf, where=~allowed)  # weight exp(-inf) = 0
+
+
+def _check_blockwise_inputs(q, k, v, mask, block_size, query_block):
+    """The checked arrays, the mask with at least its query and key axes, the key block and the query tile."""
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    block_size = _check_block(block_size, "block_size")
+    if mask is not None and mask.ndim < 2:  # a (m,) or scalar mask: give it its query and key axes
+        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # -> (1, m) or (1, 1)
+    tile = q.shape[-2] if query_block is None else _check_block(query_block, "query_block")
+    return q, k, v, mask, block_size, tile
+
+
+def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False):
     """softmax(q kᵀ / √d_k) v computed over blocks of keys, never holding the (..., n, m) weights.
+
+    The output of ``blockwise_attention_with_lse``, which documents the arguments.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 7, 4)), rng.normal(size=(2, 7, 3))
+    >>> out = blockwise_attention(q, k, v, block_size=3)          # B = 2; blocks of 3, 3 and 1 keys
+    >>> from mha_lessons import scaled_dot_product_attention
+    >>> plain, weights = scaled_dot_product_attention(q, k, v)    # builds the (2, 5, 7) weights
+    >>> out.shape, bool(np.allclose(out, plain, rtol=1e-13, atol=0))
+    ((2, 5, 3), True)
+    """
+    return blockwise_attention_with_lse(q, k, v, mask, block_size=block_size, query_block=query_block,
+                                        causal=causal)[0]
+
+
+def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False):
+    """Block-wise attention (``blockwise_attention``) and the log-sum-exp of each query's scores.
+
+    The log-sum-exp (eq-ch7-lse) is what a backward pass keeps instead of the weights, from which
+    it recomputes them block by block, as FlashAttention does (``blockwise_attention_backward``).
 
     Parameters
     ----------
-    q : array_like, (..., n, d_k)
-    k : array_like, (..., m, d_k)
-    v : array_like, (..., m, d_v)
-    mask : array_like of bool, broadcastable to (..., n, m), optional
-        True where query i may attend to key j; a query that may attend to nothing gets the zero
-        vector, as in ``M.scaled_dot_product_attention``. (A stored (n, m) mask is itself n·m
-        bytes; for the causal pattern prefer ``causal=True``.)
+    q, k, v, mask : as in ``M.scaled_dot_product_attention``
+        A stored (n, m) mask is itself n·m bytes; for the causal pattern prefer ``causal=True``.
     block_size : int
         Keys per block (b). The largest temporary array is one (..., t, b) block of scores.
     query_block : int, optional
@@ -155,41 +191,33 @@ def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None,
         ``mask`` if both are given), computed tile by tile; key blocks entirely in the future of a
         query tile are skipped, never read (so, unlike in the plain version, a NaN in such a value
         does not reach that tile's outputs).
-    return_lse : bool
-        Also return the log-sum-exp of each query's scaled, masked scores (eq-ch7-lse), from which
-        a backward pass can recompute the weights instead of storing them, as FlashAttention does;
-        -inf for a query that sees nothing.
 
     Returns
     -------
     out : ndarray, (..., n, d_v)
         Equal to ``M.scaled_dot_product_attention(q, k, v, mask)[0]`` up to rounding, with the
         same floating dtype (float32 stays float32).
-    lse : ndarray, (..., n), only if ``return_lse``
+    lse : ndarray, (..., n)
+        log Σ_j exp(scaled, masked score); -inf for a query that sees nothing.
 
     Examples
     --------
     >>> rng = np.random.default_rng(0)
-    >>> q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(7, 4)), rng.normal(size=(7, 3))
-    >>> out = blockwise_attention(q, k, v, block_size=3)          # blocks of 3, 3 and 1 keys
-    >>> from mha_lessons import scaled_dot_product_attention
-    >>> plain, weights = scaled_dot_product_attention(q, k, v)    # builds the (5, 7) weights
-    >>> bool(np.allclose(out, plain, rtol=1e-13, atol=0))
-    True
+    >>> q, k = rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 7, 4))
+    >>> out, lse = blockwise_attention_with_lse(q, k, k, block_size=3)
+    >>> scores = q @ np.swapaxes(k, -1, -2) / 2                       # (2, 5, 7), √d_k = 2
+    >>> lse.shape, bool(np.allclose(lse, np.log(np.exp(scores).sum(axis=-1))))
+    ((2, 5), True)
     """
-    q, k, v, mask = check_attention_inputs(q, k, v, mask)
-    block_size = _check_block(block_size, "block_size")
-    if mask is not None and mask.ndim < 2:  # a (m,) or scalar mask: give it its query and key axes
-        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # -> (1, m) or (1, 1)
+    q, k, v, mask, block_size, tile = _check_blockwise_inputs(q, k, v, mask, block_size, query_block)
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
-    tile = n if query_block is None else _check_block(query_block, "query_block")
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     dtype = np.result_type(q, k, v)
     q = q * (1 / math.sqrt(d_k))  # (..., n, d_k): scale the queries, as chapter 1 does (a Python float: no upcast)
     kt = np.swapaxes(k, -1, -2)  # (..., m, d_k) -> (..., d_k, m), a view
     out = np.empty(batch + (n, d_v), dtype=dtype)
-    lse = np.empty(batch + (n,), dtype=dtype) if return_lse else None
+    lse = np.empty(batch + (n,), dtype=dtype)
     for i0 in range(0, n, tile):  # query tiles (one tile of all n queries when query_block is None)
         rows = slice(i0, min(i0 + tile, n))
         t = rows.stop - rows.start
@@ -205,14 +233,9 @@ def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None,
             full = batch + s.shape[-2:]
             if s.shape != full:  # v (or the mask) has batch axes that q and k lack
                 s = np.broadcast_to(s, full).copy()  # (..., t, b) -> (batch, t, b)
-            allowed = None if mask is None else _mask_tile(mask, rows, cols)
-            if causal:
-                future_ok = np.arange(rows.start, rows.stop)[:, None] >= np.arange(cols.start, cols.stop)  # (t, b)
-                allowed = future_ok if allowed is None else allowed & future_ok
-            if allowed is not None:
-                np.copyto(s, -np.inf, where=~allowed)  # forbidden pairs: weight exp(-inf) = 0
+            _block_forbidden(s, mask, rows, cols, causal)  # forbidden pairs: score -inf, weight 0
             m_new = np.maximum(m_run, s.max(axis=-1, keepdims=True))  # eq-ch7-running-max, (..., t, 1)
-            shift = _shift(m_new)  # m_new, or 0 for rows that have seen only masked keys
+            shift = shift_for_exp(m_new)  # m_new, or 0 for rows that have seen only masked keys
             s -= shift
             np.exp(s, out=s)  # (..., t, b): exp(s - m_new), in place
             rescale = np.exp(m_run - shift)  # exp(m_old - m_new), (..., t, 1)
@@ -224,10 +247,9 @@ def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None,
             del s  # free this block's scores before the next block's exist: one (t, b) block at a time
         l_safe = np.where(l_run == 0, 1, l_run).astype(dtype)  # a row that saw nothing: 0 / 1 = 0
         out[..., rows, :] = acc / l_safe  # eq-ch7-final
-        if return_lse:
-            with np.errstate(divide="ignore"):  # log(0) = -inf for a row that saw nothing
-                lse[..., rows] = (m_run + np.log(l_run))[..., 0]  # eq-ch7-lse, (..., t, 1) -> (..., t)
-    return (out, lse) if return_lse else out
+        with np.errstate(divide="ignore"):  # log(0) = -inf for a row that saw nothing
+            lse[..., rows] = (m_run + np.log(l_run))[..., 0]  # eq-ch7-lse, (..., t, 1) -> (..., t)
+    return out, lse
 
 
 def _sum_to_batch(grad, shape):
@@ -244,7 +266,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
 
     The backward of chapter 5 needs the weights A and, for the softmax, the row sums
     δ_i = Σ_j da_ij a_ij (eq-ch5-softmax-backward). This pass uses instead what the forward
-    kept with ``return_lse=True``: the output ``out`` and the log-sum-exp ``lse`` of each query.
+    kept by ``blockwise_attention_with_lse``: the output ``out`` and the log-sum-exp ``lse`` of each query.
     Because dA = dO Vᵀ and O = A V, δ_i = Σ_c do_ic o_ic (eq-ch7-delta), computed from the output
     before any block is read. Then every (t, b) tile of weights is recomputed from the log-sum-exp,
     p_ij = exp(s_ij − lse_i) (eq-ch7-recompute), and its part of each gradient is added in. Keys
@@ -258,7 +280,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     out : array_like, (..., n, d_v)
         The forward's output.
     lse : array_like, (..., n)
-        The forward's log-sum-exp (``return_lse=True``); -inf for a query that sees nothing.
+        The forward's log-sum-exp (``blockwise_attention_with_lse``); -inf for a query that sees nothing.
     d_out : array_like, (..., n, d_v)
         ∂L/∂out.
 
@@ -273,20 +295,16 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     --------
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(7, 4)), rng.normal(size=(7, 3))
-    >>> out, lse = blockwise_attention(q, k, v, block_size=3, return_lse=True)
+    >>> out, lse = blockwise_attention_with_lse(q, k, v, block_size=3)
     >>> d_out = rng.normal(size=(5, 3))
     >>> dq, dk, dv = blockwise_attention_backward(q, k, v, out, lse, d_out, block_size=3)
     >>> from mha_lessons.grads import sdpa_backward                # builds the (5, 7) weights
     >>> all(np.allclose(a, b, rtol=1e-12, atol=1e-14) for a, b in zip((dq, dk, dv), sdpa_backward(q, k, v, d_out)))
     True
     """
-    q, k, v, mask = check_attention_inputs(q, k, v, mask)
-    block_size = _check_block(block_size, "block_size")
-    if mask is not None and mask.ndim < 2:  # a (m,) or scalar mask: give it its query and key axes
-        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # -> (1, m) or (1, 1)
+    q, k, v, mask, block_size, tile = _check_blockwise_inputs(q, k, v, mask, block_size, query_block)
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
-    tile = n if query_block is None else _check_block(query_block, "query_block")
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     dtype = np.result_type(q, k, v)
     expected = {"out": batch + (n, d_v), "lse": batch + (n,), "d_out": batch + (n, d_v)}
@@ -303,7 +321,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     vf = np.broadcast_to(v, batch + (m_keys, d_v))  # (..., m, d_v)
     # eq-ch7-delta: δ = rowsum(dO ⊙ O) = rowsum(dA ⊙ A), one number per query, (..., n, 1)
     delta = np.sum(d_out * out, axis=-1, keepdims=True, dtype=dtype)
-    lse_col = _shift(lse[..., None].astype(dtype))  # (..., n, 1); 0 for a query that sees nothing
+    lse_col = shift_for_exp(lse[..., None].astype(dtype))  # (..., n, 1); 0 for a query that sees nothing
     dq = np.zeros(batch + (n, d_k), dtype=dtype)
     dk = np.zeros(batch + (m_keys, d_k), dtype=dtype)
     dv = np.zeros(batch + (m_keys, d_v), dtype=dtype)
@@ -316,12 +334,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
                 continue  # every key of this block lies in the future of every query of the tile
             # the forward's scores of this tile, (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
             p = (qf[..., rows, :] * scale) @ np.swapaxes(k_blk, -1, -2)
-            allowed = None if mask is None else _mask_tile(mask, rows, cols)
-            if causal:
-                future_ok = np.arange(rows.start, rows.stop)[:, None] >= np.arange(cols.start, cols.stop)  # (t, b)
-                allowed = future_ok if allowed is None else allowed & future_ok
-            if allowed is not None:
-                np.copyto(p, -np.inf, where=~allowed)  # forbidden pairs: weight exp(-inf) = 0
+            _block_forbidden(p, mask, rows, cols, causal)  # forbidden pairs: score -inf, weight 0
             p -= lse_col[..., rows, :]
             np.exp(p, out=p)  # eq-ch7-recompute: p_ij = exp(s_ij - lse_i), the weights of this tile, (..., t, b)
             do_t = d_out[..., rows, :]  # (..., t, d_v)

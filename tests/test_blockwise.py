@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import mha_lessons as M
-from mha_lessons.blockwise import blockwise_attention, online_softmax, online_softmax_steps
+from mha_lessons.blockwise import blockwise_attention, blockwise_attention_with_lse, online_softmax, online_softmax_steps
 
 # float64: the block-wise pass adds the same terms as the plain one in another order and multiplies each
 # by at most a few rescale factors, so the two agree to a few hundred units of round-off (u = 2.2e-16).
@@ -132,7 +132,7 @@ def test_fully_masked_rows_and_blocks_give_zeros_without_nan(rng):
     expected, _ = M.scaled_dot_product_attention(q, k, v, mask)
     for b in block_sizes(m):
         with np.errstate(**STRICT):  # -inf - (-inf) would be an 'invalid' floating point error
-            out, lse = blockwise_attention(q, k, v, mask, block_size=b, return_lse=True)
+            out, lse = blockwise_attention_with_lse(q, k, v, mask, block_size=b)
         np.testing.assert_array_equal(out[0], 0.0)
         assert lse[0] == -np.inf
         np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
@@ -147,7 +147,7 @@ def test_log_sum_exp_agrees_with_torch(rng):
     scores = torch.from_numpy(q @ np.swapaxes(k, -1, -2) / math.sqrt(4))
     expected = torch.logsumexp(scores.masked_fill(~torch.from_numpy(mask), float("-inf")), dim=-1).numpy()
     for b in (1, 4, 9):
-        out, lse = blockwise_attention(q, k, v, mask, block_size=b, return_lse=True)
+        out, lse = blockwise_attention_with_lse(q, k, v, mask, block_size=b)
         assert lse.shape == (2, 7) and lse[0, 3] == -np.inf
         np.testing.assert_allclose(lse, expected, rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(out, blockwise_attention(q, k, v, mask, block_size=b), rtol=0, atol=0)
@@ -200,11 +200,12 @@ def test_peak_memory_is_one_block_of_scores_not_the_whole_matrix(block_size, que
     q, k, v = (rng.normal(size=s).astype(dtype) for s in ((n, d_k), (m, d_k), (m, d_v)))
     t = n if query_block is None else query_block
     # What the pass must hold at once: one (t, b) block of scores; the scaled queries (n, d_k) and the
-    # output (n, d_v); the running acc (t, d_v) and one block's contribution to it; and the (t, 1) running
-    # maximum, sum and their temporaries (at most 8 of them). tracemalloc also counts Python's own small
+    # output (n, d_v) and log-sum-exp (n,); the running acc (t, d_v) and one block's contribution to it; and the
+    # (t, 1) running maximum, sum and their temporaries (at most 10 of them, two for the log-sum-exp). tracemalloc
+    # also counts Python's own small
     # objects, hence the slack, which is smaller than one block of scores: a second block would not fit.
     block = t * block_size * itemsize
-    must_hold = block + (n * d_k + n * d_v + 2 * t * d_v + 8 * t) * itemsize
+    must_hold = block + (n * d_k + n * d_v + n + 2 * t * d_v + 10 * t) * itemsize
     slack = 64 * 1024
     assert slack < block
     assert must_hold + slack < n * m * itemsize / 4  # far below the plain version's weights (next test)
@@ -236,7 +237,7 @@ def torch_sdpa_grads(q, k, v, d_out, mask=None, is_causal=False):
 
 
 def block_backward(q, k, v, d_out, mask=None, causal=False, **blocks):
-    out, lse = blockwise_attention(q, k, v, mask, causal=causal, return_lse=True, **blocks)
+    out, lse = blockwise_attention_with_lse(q, k, v, mask, causal=causal, **blocks)
     return blockwise_attention_backward(q, k, v, out, lse, d_out, mask, causal=causal, **blocks)
 
 
@@ -315,7 +316,7 @@ def test_backward_uses_the_saved_output_and_log_sum_exp(rng):
     # Not a recomputed forward: a wrong lse or a wrong output gives wrong gradients.
     q, k, v = random_inputs(rng, (), (), (), 5, 8, 3, 2)
     d_out = rng.normal(size=(5, 2))
-    out, lse = blockwise_attention(q, k, v, block_size=3, return_lse=True)
+    out, lse = blockwise_attention_with_lse(q, k, v, block_size=3)
     right = blockwise_attention_backward(q, k, v, out, lse, d_out, block_size=3)
     shifted = blockwise_attention_backward(q, k, v, out, lse + 0.5, d_out, block_size=3)  # weights e^-0.5 too small
     np.testing.assert_allclose(shifted[2], np.exp(-0.5) * right[2], rtol=1e-12)
@@ -339,7 +340,7 @@ def test_backward_never_holds_the_whole_matrix():
     b = 128
     rng = np.random.default_rng(0)
     q, k, v, d_out = (rng.normal(size=(s, 4)).astype(np.float32) for s in (n, m, m, n))
-    out, lse = blockwise_attention(q, k, v, block_size=b, return_lse=True)
+    out, lse = blockwise_attention_with_lse(q, k, v, block_size=b)
     peak = peak_bytes(lambda: blockwise_attention_backward(q, k, v, out, lse, d_out, block_size=b))
     tiles = 3 * n * b * 4  # the weights, their gradient and one product of a tile, at most, at once
     assert tiles + 64 * 1024 < n * m * 4 / 2
@@ -349,7 +350,7 @@ def test_backward_never_holds_the_whole_matrix():
 
 def test_backward_rejects_arrays_that_do_not_fit(rng):
     q, k, v = random_inputs(rng, (2,), (2,), (2,), 5, 8, 3, 2)
-    out, lse = blockwise_attention(q, k, v, return_lse=True)
+    out, lse = blockwise_attention_with_lse(q, k, v)
     d_out = np.ones_like(out)
     with pytest.raises(ValueError, match=r"lse has shape \(2, 5, 1\), but .* the shape \(2, 5\)"):
         blockwise_attention_backward(q, k, v, out, lse[..., None], d_out)

@@ -380,7 +380,7 @@ def test_recomputing_keeps_the_log_sum_exp_instead_of_the_weights():
     keep = M.complexity.saved_for_backward_bytes(n, d_model, h, batch=2)
     recompute = M.complexity.saved_for_backward_bytes(n, d_model, h, batch=2, recompute_weights=True)
     q = np.zeros((2, h, n, d_model // h), dtype=np.float32)
-    _, lse = M.blockwise.blockwise_attention(q, q, q, return_lse=True)  # what the forward keeps instead
+    _, lse = M.blockwise.blockwise_attention_with_lse(q, q, q)  # what the forward keeps instead
     assert (keep["lse"], recompute["weights"]) == (0, 0)
     assert recompute["lse"] == lse.nbytes
     assert keep["total"] - recompute["total"] == keep["weights"] - lse.nbytes

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..attention import causal_mask, scaled_dot_product_attention
-from ..blockwise import blockwise_attention
+from ..blockwise import blockwise_attention, blockwise_attention_with_lse
 from ._verdict import Verdict, call_learner, compare
 
 
@@ -236,7 +236,7 @@ def check_causal_blocks(blocks_needed):
 def check_weights_from_lse(weights_from_lse):
     """Check ``weights_from_lse(q, k, lse) -> (n, m)``: the attention weights recomputed from the log-sum-exp.
 
-    ``lse`` (n,) is what ``blockwise_attention(..., return_lse=True)`` returns: the log of each query's
+    ``lse`` (n,) is what ``blockwise_attention_with_lse(...)`` returns: the log of each query's
     softmax denominator. The weights must equal those of ``M.scaled_dot_product_attention``. Mistakes
     named: the scale forgotten, lse subtracted along the keys instead of the queries, lse added, and
     exp(scores) divided by lse instead of by exp(lse).
@@ -247,7 +247,7 @@ def check_weights_from_lse(weights_from_lse):
     """
     rng = np.random.default_rng(11)
     q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 2))  # n = m = 5, d_k = 4
-    _, lse = blockwise_attention(q, k, v, block_size=2, return_lse=True)
+    _, lse = blockwise_attention_with_lse(q, k, v, block_size=2)
     answer, failure = call_learner(weights_from_lse, q.copy(), k.copy(), lse.copy(), name="weights_from_lse")
     if failure is not None:
         return failure
