@@ -21,7 +21,7 @@ torch is imported only inside those two functions.
 """
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -147,7 +147,8 @@ class MHAParams:
 
     def arrays(self):
         """The parameter arrays by name, ``None`` biases left out."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "num_heads" and getattr(self, f.name) is not None}
+        names = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")  # not a subclass's other fields
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 def init_params(d_model, num_heads, *, d_k=None, d_v=None, bias=True, seed=0, dtype=np.float64):

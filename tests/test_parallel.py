@@ -455,3 +455,9 @@ def test_grouped_heads_split_over_workers_equal_torchs_gqa_and_replicate_as_pred
 def test_worker_groups_that_would_straddle_are_refused_with_the_numbers():
     with pytest.raises(ValueError, match=r"h_kv = 3 key/value heads and p = 4 workers"):
         M.parallel.worker_kv_heads(12, 3, 4, 1)
+
+
+def test_a_shards_arrays_are_its_weights_and_biases_only():
+    shard = shard_params(M.init_params(8, 4), 2, 0)
+    assert list(shard.arrays()) == ["w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"]
+    assert sum(a.size for a in shard.arrays().values()) == 4 * 8 * 4 + 3 * 4 + 8
