@@ -267,3 +267,41 @@ def test_every_control_on_the_page_redraws_with_the_keyboard(site, browser, entr
     assert foreign == [], f"{entry}: requests to other hosts: {foreign}"
     errors = [e["message"] for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert errors == [], f"{entry}: console errors after moving the controls: {errors}"
+
+
+# axe-core, the accessibility engine, used by this test only: fetched with `npm pack` into _build/vendor_cache by
+# scripts/vendor_assets.py's tarball(), checked against this sha512, and injected into each page (no request).
+AXE = ("axe-core", "4.14.1",
+       "sha512-FHfa+lmNjQZfJz1q8wKqIDwC6DExcHt/pkjNQb09a3NPjCKg2rhu5qb2S4r76ASyFNNtuFooJpZe37OgudVGtQ==")
+
+
+@pytest.fixture(scope="module")
+def axe_source():
+    import importlib.util
+    import tarfile
+
+    if shutil.which("npm") is None:
+        message = "AXE DID NOT RUN: npm (Node.js) is needed to fetch axe-core."
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    spec = importlib.util.spec_from_file_location("vendor_assets", ROOT / "scripts" / "vendor_assets.py")
+    vendor_assets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor_assets)
+    with tarfile.open(vendor_assets.tarball(*AXE)) as archive:
+        return archive.extractfile("package/axe.min.js").read().decode()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_axe_finds_no_critical_or_serious_violation(site, browser, axe_source, entry):
+    """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load)."""
+    browser.get(urljoin(site, f"{entry}.html"))
+    browser.execute_script(axe_source)
+    violations = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations"
+        ".filter(v => v.impact === 'critical' || v.impact === 'serious')"
+        ".map(v => v.impact + ' ' + v.id + ' (' + v.help + '): ' + v.nodes.slice(0, 3).map(n => n.html.slice(0, 160))"
+        ".join(' | '))), e => done(['axe failed: ' + e]));"
+    )
+    assert violations == [], f"{entry}: " + "\n".join(violations)
