@@ -6,6 +6,7 @@ CI=true that is a failure, elsewhere a skip that names what to run or install. S
 """
 
 import functools
+import html
 import http.server
 import json
 import os
@@ -305,3 +306,25 @@ def test_axe_finds_no_critical_or_serious_violation(site, browser, axe_source, e
         ".join(' | '))), e => done(['axe failed: ' + e]));"
     )
     assert violations == [], f"{entry}: " + "\n".join(violations)
+
+
+# Every figure needs a text alternative that says what it shows. myst-nb takes it from the cell's metadata
+# (mystnb.image.alt) and otherwise writes the image's file name; the panels (mha_lessons/panels.py) write their own.
+# Chapters whose figures still carry file names (issue 17, not done yet); the test fails once one is fixed and
+# still listed, so the list only shrinks.
+ALT_TEXT_PENDING = {"book/01_scaled_dot_product_attention", "book/05_gradients", "book/06_masks",
+                    "book/07_efficient_attention", "book/08_inference", "book/09_heads_across_processes",
+                    "book/10_what_heads_learn"}
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_every_figure_has_a_text_alternative_that_is_not_a_file_name(entry):
+    require_site()
+    page = (HTML / f"{entry}.html").read_text()
+    alts = [html.unescape(alt) for alt in re.findall(r'<img\b[^>]*?\balt="([^"]*)"', page)]
+    assert len(alts) == len(re.findall(r"<img\b", page)), f"{entry}: an image without alt attribute"
+    bad = [alt for alt in alts if len(alt.split()) < 2 or re.search(r"\.(png|svg|jpe?g|gif)$", alt.strip())]
+    if entry in ALT_TEXT_PENDING:
+        assert bad, f"{entry}: every figure has a text alternative now; remove it from ALT_TEXT_PENDING"
+    else:
+        assert bad == [], f"{entry}: figures whose alt text says nothing about them: {bad}"
