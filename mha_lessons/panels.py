@@ -215,6 +215,29 @@ def build_panel(controls, render, *, title, frame_names=("figure",)):
 
     ``render(**values) -> State`` is called once per grid point, in the order of
     ``itertools.product`` over the controls' values.
+
+    Parameters
+    ----------
+    controls : list of Slider and Checkbox
+    render : callable
+        ``render(**values) -> State``, with one frame and one alt text per name in ``frame_names``.
+    title : str
+        The panel's accessible name.
+    frame_names : tuple of str
+        One per figure the panel shows (empty for numbers only).
+
+    Returns
+    -------
+    Panel : ``.state(**values)`` gives a grid point's State; displays as HTML in a notebook.
+
+    Examples
+    --------
+    >>> panel = build_panel([Slider("h", "heads h", (1, 2, 4), 2), Checkbox("bias", "bias")],
+    ...                     lambda h, bias: State([], [], f"h = {h}, bias {bias}"), title="demo", frame_names=())
+    >>> len(panel.states), panel.state(h=4, bias=False).text
+    (6, 'h = 4, bias False')
+    >>> '<label for="' in panel.to_html() and 'type="range"' in panel.to_html()
+    True
     """
     states = {}
     for indices in itertools.product(*(range(len(c.values)) for c in controls)):
