@@ -312,9 +312,7 @@ def test_axe_finds_no_critical_or_serious_violation(site, browser, axe_source, e
 # (mystnb.image.alt) and otherwise writes the image's file name; the panels (mha_lessons/panels.py) write their own.
 # Chapters whose figures still carry file names (issue 17, not done yet); the test fails once one is fixed and
 # still listed, so the list only shrinks.
-ALT_TEXT_PENDING = {"book/06_masks",
-                    "book/07_efficient_attention", "book/08_inference", "book/09_heads_across_processes",
-                    "book/10_what_heads_learn"}
+ALT_TEXT_PENDING = {"book/08_inference", "book/09_heads_across_processes", "book/10_what_heads_learn"}
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
