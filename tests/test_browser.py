@@ -310,9 +310,9 @@ def test_axe_finds_no_critical_or_serious_violation(site, browser, axe_source, e
 
 # Every figure needs a text alternative that says what it shows. myst-nb takes it from the cell's metadata
 # (mystnb.image.alt) and otherwise writes the image's file name; the panels (mha_lessons/panels.py) write their own.
-# Chapters whose figures still carry file names (issue 17, not done yet); the test fails once one is fixed and
-# still listed, so the list only shrinks.
-ALT_TEXT_PENDING = {"book/08_inference", "book/09_heads_across_processes", "book/10_what_heads_learn"}
+# A chapter listed here may still carry file names (none is now); the test fails once a listed one is fixed, so the
+# list only shrinks.
+ALT_TEXT_PENDING = set()
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
