@@ -308,21 +308,15 @@ def test_axe_finds_no_critical_or_serious_violation(site, browser, axe_source, e
     assert violations == [], f"{entry}: " + "\n".join(violations)
 
 
-# Every figure needs a text alternative that says what it shows. myst-nb takes it from the cell's metadata
-# (mystnb.image.alt) and otherwise writes the image's file name; the panels (mha_lessons/panels.py) write their own.
-# A chapter listed here may still carry file names (none is now); the test fails once a listed one is fixed, so the
-# list only shrinks.
-ALT_TEXT_PENDING = set()
-
-
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_every_figure_has_a_text_alternative_that_is_not_a_file_name(entry):
+    """myst-nb takes a figure's alt text from its cell's metadata (mystnb.image.alt) and otherwise writes the
+    image's file name, which axe accepts but tells a reader nothing; the panels (mha_lessons/panels.py) write
+    their own."""
     require_site()
     page = (HTML / f"{entry}.html").read_text()
     alts = [html.unescape(alt) for alt in re.findall(r'<img\b[^>]*?\balt="([^"]*)"', page)]
     assert len(alts) == len(re.findall(r"<img\b", page)), f"{entry}: an image without alt attribute"
     bad = [alt for alt in alts if len(alt.split()) < 2 or re.search(r"\.(png|svg|jpe?g|gif)$", alt.strip())]
-    if entry in ALT_TEXT_PENDING:
-        assert bad, f"{entry}: every figure has a text alternative now; remove it from ALT_TEXT_PENDING"
-    else:
-        assert bad == [], f"{entry}: figures whose alt text says nothing about them: {bad}"
+    assert bad == [], (f"{entry}: figures whose alt text says nothing about them: {bad}; give the cell "
+                       f"metadata {{'mystnb': {{'image': {{'alt': 'what the figure shows'}}}}}}")

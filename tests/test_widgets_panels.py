@@ -7,7 +7,6 @@ import io
 import json
 import re
 
-import numpy as np
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -102,7 +101,7 @@ def test_the_default_state_is_in_the_html_before_any_script_runs(small_scaling):
     assert default.text in repr(small_scaling)  # the text/plain fallback
 
 
-def test_cost_panel_numbers_are_the_complexity_module_s(tmp_path):
+def test_cost_panel_numbers_are_the_complexity_module_s():
     panel = panels.cost_panel(n=1024, d_model=512, num_heads=8, lengths=(256, 1024, 4096), widths=(512,),
                               heads=(1, 8))
     assert len(panel.states) == 6 and payload(panel)["frames"] == []

@@ -12,8 +12,8 @@ Loaded through `sphinx.local_extensions` in _config.yml. On each page it
     MathJax 3, which the site uses;
 
 and on every page it gives the theme's toggles, search field, colour-mode button and list of references
-accessible names that match what they show (A11Y_JS, below), and it sets the theme's colour mode to "auto" on a first visit, where
-pydata-sphinx-theme would otherwise log "Got invalid theme mode" as an error.
+accessible names that match what they show (A11Y_JS, below), and it sets the theme's colour mode to "auto"
+on a first visit, where pydata-sphinx-theme would otherwise log "Got invalid theme mode" as an error.
 
 The files themselves are put in _static/offline by scripts/vendor_assets.py.
 """
@@ -56,8 +56,8 @@ THEME_MODE_JS = 'if (!document.documentElement.dataset.mode) { document.document
 A11Y_JS = """
 (function () {
   function fix() {
-    document.querySelectorAll('[aria-label="Toggle hidden content"]').forEach(function (e) { e.removeAttribute("aria-label"); });
-    document.querySelectorAll(".search-button-field[aria-label]").forEach(function (e) { e.removeAttribute("aria-label"); });
+    document.querySelectorAll('[aria-label="Toggle hidden content"], .search-button-field[aria-label]')
+      .forEach(function (e) { e.removeAttribute("aria-label"); });
     document.querySelectorAll(".theme-switch-button i, .theme-switch-button svg").forEach(function (e) {
       e.setAttribute("aria-hidden", "true"); e.removeAttribute("title"); e.removeAttribute("role");
       e.removeAttribute("aria-labelledby");
