@@ -9,9 +9,10 @@ ipywidgets are imported here only (matplotlib here and in ``plotting.py``). Ever
 - a *panel function* ``<topic>_panel(**defaults)`` that builds the sliders with
   ``make_panel`` and redraws through the draw function on every change.
 
-A website cannot run Python, so each chapter first calls the draw function with
-the default values in an ordinary cell (the figure the website shows), then
-displays the panel with a note that the sliders need a running notebook.
+A website cannot run Python, so the chapters show ``panels.py``'s precomputed
+panels, which call these draw functions once per grid point when the notebook
+runs and let the page pick a state; the live panels here remain for a running
+notebook, where any value on the sliders works.
 Only widgets common to ipywidgets 7.7 (Colab) and 8 (JupyterLab, Notebook 7)
 are used: sliders, dropdowns, check boxes, ``Output``, ``HBox``/``VBox``, ``HTML``.
 

@@ -4,7 +4,8 @@ A Jupyter Book page loads these three from CDNs by default, so the course would 
 offline, behind strict firewalls and in a browser test without network. This step, run
 by `make book` after the Sphinx build, fetches pinned releases from the npm registry with
 the ordinary npm client (`npm pack`, no dependencies installed), checks each tarball's
-sha512 against the pin below, and copies the files the pages need into
+sha512 against the pin below, and copies the files the pages load (only the packages some page refers to,
+and only MathJax's CommonHTML component with what it loads on demand) into
 _build/html/_static/offline/. `_config.yml` points the pages there (mathjax_path,
 nb_ipywidgets_js). Tarballs are cached in _build/vendor_cache/.
 
@@ -34,6 +35,10 @@ PACKAGES = [
      "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
      {"package/dist/": "html-manager/"}),
 ]
+# Of MathJax's es5 folder the pages need only the component they load (_config.yml's mathjax_path), its fonts,
+# the TeX extensions it may autoload, and the menu's accessibility parts (speech, explorer) that it loads on demand;
+# the other combined builds (SVG output, MathML-only, full, node) are never asked for.
+MATHJAX_KEEP = ("tex-mml-chtml.js", "input/", "output/chtml.js", "output/chtml/", "ui/", "a11y/", "sre/")
 SKIP_SUFFIXES = (".map", ".LICENSE.txt")
 SKIP_NAMES = {"embed.js", "libembed-amd.js"}  # the page uses embed-amd.js only
 
@@ -64,6 +69,8 @@ def extract(path, mapping, destination):
             for source, target in mapping.items():
                 if member.name == source or (source.endswith("/") and member.name.startswith(source)):
                     relative = member.name[len(source):] if source.endswith("/") else ""
+                    if target == "mathjax/" and not relative.startswith(MATHJAX_KEEP):
+                        continue
                     out = destination / target / relative if relative else destination / target
                     if out.name in SKIP_NAMES or out.name.endswith(SKIP_SUFFIXES):
                         continue
@@ -80,10 +87,17 @@ def main(argv):
         raise SystemExit("npm (Node.js) is needed to fetch MathJax, RequireJS and the widget manager; install Node.js")
     destination = html / "_static" / "offline"  # not "vendor": the theme keeps its own files there
     shutil.rmtree(destination, ignore_errors=True)
+    pages = [page.read_text(errors="ignore") for page in html.rglob("*.html")]
+    shipped = []
     for name, version, integrity, mapping in PACKAGES:
+        # ship a package only if some page loads it (no page loads the widget manager when no chapter shows an
+        # ipywidgets panel)
+        if not any(f"_static/offline/{target.rstrip('/')}" in page for target in mapping.values() for page in pages):
+            continue
         extract(tarball(name, version, integrity), mapping, destination)
+        shipped.append(f"{name} {version}")
     size = sum(f.stat().st_size for f in destination.rglob("*") if f.is_file())
-    print(f"vendored MathJax, RequireJS and the widget manager into {destination} ({size / 1e6:.1f} MB)")
+    print(f"vendored {', '.join(shipped) or 'nothing'} into {destination} ({size / 1e6:.1f} MB)")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ CI=true that is a failure, elsewhere a skip that names what to run or install. S
 """
 
 import functools
+import html
 import http.server
 import json
 import os
@@ -190,3 +191,132 @@ def test_page_in_a_real_browser(site, browser, entry):
     browser.set_window_size(1280, min(height, 16000))
     browser.save_screenshot(str(SHOTS / f"{entry.replace('/', '_')}.png"))
     browser.set_window_size(1280, 1000)
+
+
+def panel_pages():
+    """The chapters whose stored outputs hold a precomputed panel (mha_lessons/panels.py)."""
+    return [entry for entry in ENTRIES if is_notebook(entry) and "mha-panel" in (ROOT / f"{entry}.ipynb").read_text()]
+
+
+# What a reader sees of one panel: every frame's source and alt text, the numbers, each control's shown value.
+PANEL_VIEW_JS = """
+const p = arguments[0];
+return {frames: Array.from(p.querySelectorAll('img.mha-panel-frame')).map(i => (i.hidden ? 'hidden' : i.src)),
+        alts: Array.from(p.querySelectorAll('img.mha-panel-frame')).map(i => i.alt),
+        text: p.querySelector('pre.mha-panel-text').textContent,
+        values: Array.from(p.querySelectorAll('output')).map(o => o.textContent)};
+"""
+
+# Move one control by script and time until the new frames are decoded and ready to paint.
+REDRAW_TIME_JS = """
+const [control, done] = [arguments[0], arguments[arguments.length - 1]];
+const panel = control.closest('.mha-panel');
+const t0 = performance.now();
+if (control.type === 'checkbox') { control.click(); }
+else { control.value = String(Number(control.value) > 0 ? Number(control.value) - 1 : 1);
+       control.dispatchEvent(new Event('input', {bubbles: true})); }
+const shown = Array.from(panel.querySelectorAll('img.mha-panel-frame')).filter(i => !i.hidden);
+Promise.all(shown.map(i => i.decode())).then(() => done(performance.now() - t0), e => done('decode failed: ' + e));
+"""
+
+
+def test_there_are_panels_on_the_three_chapters_with_sliders():
+    pages = panel_pages()
+    for chapter in ("02_why_sqrt_dk", "03_multi_head_attention", "04_cost"):
+        assert any(page.endswith(chapter) for page in pages), f"{chapter} shows no precomputed panel"
+
+
+@pytest.mark.parametrize("entry", panel_pages())
+def test_every_control_on_the_page_redraws_with_the_keyboard(site, browser, entry):
+    """Each slider moved with the arrow keys (each check box with the space bar) changes what it drives."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get_log("browser")
+    browser.get(urljoin(site, f"{entry}.html"))
+    panels = browser.find_elements(By.CSS_SELECTOR, ".mha-panel")
+    assert panels, f"{entry}: no panel on the page"
+    moved = 0
+    for panel in panels:
+        for control in panel.find_elements(By.CSS_SELECTOR, "[data-control]"):
+            cid = control.get_attribute("id")
+            label = panel.find_elements(By.CSS_SELECTOR, f'label[for="{cid}"]')
+            assert label and label[0].is_displayed() and label[0].text.strip(), f"{entry}: {cid} has no visible label"
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", control)
+            before = browser.execute_script(PANEL_VIEW_JS, panel)
+            if control.get_attribute("type") == "checkbox":
+                control.send_keys(Keys.SPACE)
+            else:
+                output = panel.find_element(By.CSS_SELECTOR, f'output[for="{cid}"]')
+                assert output.is_displayed() and output.text.strip(), f"{entry}: {cid} shows no value"
+                at_end = control.get_attribute("value") == control.get_attribute("max")
+                control.send_keys(Keys.ARROW_LEFT if at_end else Keys.ARROW_RIGHT)
+            after = browser.execute_script(PANEL_VIEW_JS, panel)
+            assert after["text"] != before["text"], f"{entry}: moving {cid} did not change the numbers"
+            if before["frames"]:
+                assert after["frames"] != before["frames"], f"{entry}: moving {cid} did not change the figure"
+                assert after["alts"] != before["alts"], f"{entry}: moving {cid} did not change the figure's alt text"
+            if control.get_attribute("type") != "checkbox":
+                assert after["values"] != before["values"], f"{entry}: moving {cid} did not change its shown value"
+            elapsed = browser.execute_async_script(REDRAW_TIME_JS, control)
+            assert isinstance(elapsed, (int, float)) and elapsed < 100, f"{entry}: {cid} redrew in {elapsed} ms"
+            moved += 1
+    assert moved >= 2, f"{entry}: only {moved} controls found"
+    foreign = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(r => r.name)"
+        ".filter(n => !n.startsWith(arguments[0]) && !n.startsWith('data:'));", site)
+    assert foreign == [], f"{entry}: requests to other hosts: {foreign}"
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert errors == [], f"{entry}: console errors after moving the controls: {errors}"
+
+
+# axe-core, the accessibility engine, used by this test only: fetched with `npm pack` into _build/vendor_cache by
+# scripts/vendor_assets.py's tarball(), checked against this sha512, and injected into each page (no request).
+AXE = ("axe-core", "4.14.1",
+       "sha512-FHfa+lmNjQZfJz1q8wKqIDwC6DExcHt/pkjNQb09a3NPjCKg2rhu5qb2S4r76ASyFNNtuFooJpZe37OgudVGtQ==")
+
+
+@pytest.fixture(scope="module")
+def axe_source():
+    import importlib.util
+    import tarfile
+
+    if shutil.which("npm") is None:
+        message = "AXE DID NOT RUN: npm (Node.js) is needed to fetch axe-core."
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    spec = importlib.util.spec_from_file_location("vendor_assets", ROOT / "scripts" / "vendor_assets.py")
+    vendor_assets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor_assets)
+    with tarfile.open(vendor_assets.tarball(*AXE)) as archive:
+        return archive.extractfile("package/axe.min.js").read().decode()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_axe_finds_no_critical_or_serious_violation(site, browser, axe_source, entry):
+    """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load)."""
+    browser.get(urljoin(site, f"{entry}.html"))
+    browser.execute_script(axe_source)
+    violations = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations"
+        ".filter(v => v.impact === 'critical' || v.impact === 'serious')"
+        ".map(v => v.impact + ' ' + v.id + ' (' + v.help + '): ' + v.nodes.slice(0, 3).map(n => n.html.slice(0, 160))"
+        ".join(' | '))), e => done(['axe failed: ' + e]));"
+    )
+    assert violations == [], f"{entry}: " + "\n".join(violations)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_every_figure_has_a_text_alternative_that_is_not_a_file_name(entry):
+    """myst-nb takes a figure's alt text from its cell's metadata (mystnb.image.alt) and otherwise writes the
+    image's file name, which axe accepts but tells a reader nothing; the panels (mha_lessons/panels.py) write
+    their own."""
+    require_site()
+    page = (HTML / f"{entry}.html").read_text()
+    alts = [html.unescape(alt) for alt in re.findall(r'<img\b[^>]*?\balt="([^"]*)"', page)]
+    assert len(alts) == len(re.findall(r"<img\b", page)), f"{entry}: an image without alt attribute"
+    bad = [alt for alt in alts if len(alt.split()) < 2 or re.search(r"\.(png|svg|jpe?g|gif)$", alt.strip())]
+    assert bad == [], (f"{entry}: figures whose alt text says nothing about them: {bad}; give the cell "
+                       f"metadata {{'mystnb': {{'image': {{'alt': 'what the figure shows'}}}}}}")

@@ -232,8 +232,9 @@ def test_chapters_are_listed_in_the_order_of_their_numbers():
 # "claims" cells print results that depend on the machine (training amplifies each CPU's and BLAS's
 # last-digit rounding; peak memory moves with the numpy version): each must assert, in the cell, what
 # the text says of its numbers. "timing" cells time code on the reader's machine and claim nothing that a
-# test could hold (speed targets live in the benchmarks). "panel" cells show a live widget, whose output
-# area nbval cannot compare; their drawing is tested in tests/test_widgets_*.py. Adding a cell here is a decision:
+# test could hold (speed targets live in the benchmarks). "panel" cells show a precomputed panel
+# (mha_lessons/panels.py) whose PNG frames' bytes follow the matplotlib and Pillow versions; the cell before
+# each prints the default state's numbers, and tests/test_widgets_*.py check every state. Adding a cell here is a decision:
 # first try to print fewer digits or a measure that does not sit on a knife's edge.
 NOT_COMPARED = {
     ("02_why_sqrt_dk.ipynb", "scaling-panel"): "panel",

@@ -11,8 +11,9 @@ Loaded through `sphinx.local_extensions` in _config.yml. On each page it
   * gives the widget manager the MathJax 2 call it makes (`MathJax.Hub.Queue`) on top of
     MathJax 3, which the site uses;
 
-and on every page it sets the theme's colour mode to "auto" on a first visit, where
-pydata-sphinx-theme would otherwise log "Got invalid theme mode" as an error.
+and on every page it gives the theme's toggles, search field, colour-mode button and list of references
+accessible names that match what they show (A11Y_JS, below), and it sets the theme's colour mode to "auto"
+on a first visit, where pydata-sphinx-theme would otherwise log "Got invalid theme mode" as an error.
 
 The files themselves are put in _static/offline by scripts/vendor_assets.py.
 """
@@ -43,6 +44,37 @@ PAGE_SETUP_JS = """
 THEME_MODE_JS = 'if (!document.documentElement.dataset.mode) { document.documentElement.dataset.mode = "auto"; }'
 
 
+# Accessibility fixes for what the theme and its extensions put on every page, found by axe-core in
+# tests/test_browser.py. Each makes an element's accessible name its visible text (WCAG 2.5.3):
+# - sphinx-togglebutton names every solution toggle "Toggle hidden content" while it shows "Show the solution";
+# - pydata-sphinx-theme's search field shows "Search Ctrl+K" but is named "Search";
+# - its colour-mode button is named "Color mode" but its icons carry the titles "Light", "Dark", "System Settings"
+#   (Font Awesome turns them into <svg role="img"> with a <title>): the icons are decoration, hidden from readers;
+# - sphinxcontrib-bibtex's list of references has role="list" without list items, so readers announce an empty
+#   list: the role is dropped (each entry keeps its role doc-biblioentry).
+# Toggles and icons are created by scripts on load, so the fixes run on load and whenever the page changes.
+A11Y_JS = """
+(function () {
+  function fix() {
+    document.querySelectorAll('[aria-label="Toggle hidden content"], .search-button-field[aria-label]')
+      .forEach(function (e) { e.removeAttribute("aria-label"); });
+    document.querySelectorAll(".theme-switch-button i, .theme-switch-button svg").forEach(function (e) {
+      e.setAttribute("aria-hidden", "true"); e.removeAttribute("title"); e.removeAttribute("role");
+      e.removeAttribute("aria-labelledby");
+    });
+    document.querySelectorAll('.citation-list[role="list"]').forEach(function (e) { e.removeAttribute("role"); });
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    fix();
+    new MutationObserver(function (changes) {
+      if (changes.some(function (c) { return c.addedNodes.length || c.attributeName === "aria-label"; })) { fix(); }
+    }).observe(document.body, {childList: true, subtree: true, attributes: true, attributeFilter: ["aria-label"]});
+  });
+  window.addEventListener("load", fix);
+})();
+"""
+
+
 def _body(script):
     return (getattr(script, "attributes", None) or {}).get("body", "") or ""
 
@@ -69,5 +101,6 @@ def clean_scripts(app, pagename, templatename, context, doctree):
 
 def setup(app):
     app.add_js_file(None, body=THEME_MODE_JS, priority=100)
+    app.add_js_file(None, body=A11Y_JS, priority=100)
     app.connect("html-page-context", clean_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
