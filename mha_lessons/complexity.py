@@ -8,7 +8,7 @@ the tensors autograd saves) and against the arrays the package's own code create
 
 import numpy as np
 
-from ._checks import check_num_heads, head_widths, require_positive_int
+from ._checks import head_widths, require_positive_int
 
 
 def param_count(d_model, num_heads, *, bias=True, d_k=None, d_v=None):

@@ -66,21 +66,23 @@ def maths(text):
 
 # ---- the checks: each returns the offending snippets of a text -------------------------------------------------
 
+def heads_indexed_by(text, letter, *, plain_words=False):
+    """Places where a head is indexed with ``letter``: "head $ℓ$", \\text{head}_ℓ, ^{(ℓ)}; with ``plain_words``
+    also "head i" written without math."""
+    x = re.escape(letter)
+    found = re.findall(rf"[Hh]eads?\s+\${x}\$" + (rf"|[Hh]eads? {x}\b(?!['’-])" if plain_words else ""), text)
+    for m in maths(text):
+        found += re.findall(rf"\\text\{{head\}}_\{{?{x}\b|\^\{{\({x}\)", m)
+    return found
+
+
 def head_index_misuses(text, head, query):
     """Places where a head is indexed with the query index."""
-    q = re.escape(query)
-    found = re.findall(rf"[Hh]eads?\s+\${q}\$|[Hh]eads? {q}\b(?!['’-])", text)
-    for m in maths(text):
-        found += re.findall(rf"\\text\{{head\}}_\{{?{q}\b|\^\{{\({q}\)", m)
-    return found
+    return heads_indexed_by(text, query, plain_words=True)
 
 
 def head_index_uses(text, head):
-    h = re.escape(head)
-    found = re.findall(rf"[Hh]eads?\s+\${h}\$", text)
-    for m in maths(text):
-        found += re.findall(rf"\\text\{{head\}}_\{{?{h}|\^\{{\({h}\)", m)
-    return found
+    return heads_indexed_by(text, head)
 
 
 def width_misuses(text):

@@ -60,7 +60,7 @@ def test_multihead_numbers_are_what_torch_and_the_draw_function_give(small_multi
         assert f"d_k = d_model / h = {d_model // h}" in state.text
         assert f"{expected_params:,}" in state.text
         assert state.text == M.widgets.draw_multihead(Figure(), num_heads=h, d_model=d_model, n=6, seed=0)
-        assert f"one per head, each 6 by 6" in state.alts[0] and f"width d_k = {d_model // h}" in state.alts[0]
+        assert "one per head, each 6 by 6" in state.alts[0] and f"width d_k = {d_model // h}" in state.alts[0]
         assert f"d_model = {d_model}, h = {h}" in state.alts[1]
 
 

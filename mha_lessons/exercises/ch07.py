@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..attention import causal_mask, scaled_dot_product_attention
-from ..blockwise import blockwise_attention, blockwise_attention_with_lse
+from ..blockwise import blockwise_attention_with_lse
 from ._verdict import Verdict, call_learner, compare
 
 
