@@ -1,29 +1,45 @@
 """Time multi-head attention: our numpy layer against torch's CPU layer, and what each speed-up bought.
 
-Three measurements, each the median of repeats, written to mha_lessons/results/:
+Five measurements, each the fastest of several repeats, written to mha_lessons/results/:
 
 1. ``mha_vs_n.csv``: time against the sequence length n (d_model = 512, h = 8, batch 1, float32)
    for numpy and torch, with numpy's peak memory (tracemalloc) beside the formula's prediction;
    the exponent of time against n is fitted over the large-n points, with its standard error.
 2. ``mha_vs_width.csv``: time against d_model at n = 512.
-3. ``mha_target.csv``: the issue's target point (B = 4, n = 1024, d_model = 512, h = 8, float32):
+3. ``mha_target.csv``: the target point (B = 4, n = 1024, d_model = 512, h = 8, float32):
    four versions of the attention core, from a straightforward one to the package's, against
    torch, with achieved GFLOP/s as a fraction of this machine's numpy matmul GFLOP/s.
+4. ``mha_stages.csv``: each stage of the package's layer timed on its own at the target point, with its
+   FLOPs and the bytes it must move (``M.complexity.mha_intensity``).
+5. ``mha_machine.csv``: the machine's speeds that a roofline model needs: the FLOP rate P of a large
+   float32 matrix product, and the byte rate W of an element-wise pass over an array too large for the
+   caches: in place, into a new array, and for the exponential.
 
 plus ``mha_summary.md`` (the machine, the fits, the ratios) and ``mha_vs_n.png``.
-The chapter on cost reads these files. Usage: python benchmarks/bench_mha.py [--quick]
+The chapter on cost reads these files.
+
+Both libraries run on one thread unless OMP_NUM_THREADS (or OPENBLAS_NUM_THREADS, MKL_NUM_THREADS) is set:
+the same core count for both, and on a machine shared with other work, times that repeat. On this project's
+two-core machine two threads gave the target point's ratio anywhere from 0.82 to 0.93 between runs, one thread
+0.90 and 0.90. The summary records the setting.
+
+Usage: python benchmarks/bench_mha.py [--quick]
 """
 
-import argparse
-import csv
-import math
-import statistics
-import sys
-import time
-from pathlib import Path
+import os
 
-import numpy as np
-import torch
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")  # before numpy and torch are imported, or it has no effect
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mha_lessons as M  # noqa: E402
@@ -82,19 +98,13 @@ def layer_with_core(core, x, params):
 
 # ---------------------------------------------------------------- timing helpers
 
-def median_time(fn, repeats):
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def best_times(fns, repeats):
+    """The fastest of ``repeats`` calls of each function, after one warm-up call each.
 
-
-def median_times(fns, repeats):
-    """Median time of each function, the functions taking turns, so that a change of the machine's load
-    (other work on a shared machine) affects them alike instead of whichever happened to run then."""
+    The functions take turns, so that a change of the machine's load affects them alike. The fastest call,
+    not the median, because other work on a shared machine can only slow a call down: on this project's
+    machine the median of five calls at n = 2896 moved by 40 % between two runs of the script.
+    """
     for fn in fns:
         fn()  # warm up
     times = [[] for _ in fns]
@@ -103,10 +113,14 @@ def median_times(fns, repeats):
             start = time.perf_counter()
             fn()
             own.append(time.perf_counter() - start)
-    return [statistics.median(own) for own in times]
+    return [min(own) for own in times]
 
 
-def repeats_for(seconds_per_call, budget=3.0, lo=3, hi=15):
+def best_time(fn, repeats):
+    return best_times([fn], repeats)[0]
+
+
+def repeats_for(seconds_per_call, budget=3.0, lo=5, hi=15):
     return int(min(hi, max(lo, budget // max(seconds_per_call, 1e-6))))
 
 
@@ -130,16 +144,47 @@ def time_pair(batch, n, d_model, h):
     start = time.perf_counter()
     ours()
     reps = repeats_for(time.perf_counter() - start)
-    return median_time(ours, reps), median_time(theirs, reps), reps
+    t_ours, t_theirs = best_times([ours, theirs], reps)  # taking turns, like the target point
+    return t_ours, t_theirs, reps
 
 
 peak_bytes = M.complexity.measure_peak_bytes
 
 
 def matmul_gflops(size=2048, repeats=5):
+    """P: the float32 FLOP rate of one large square matrix product, the best case for the BLAS."""
     a = np.random.default_rng(0).normal(size=(size, size)).astype(np.float32)
-    t = median_time(lambda: a @ a, repeats)
+    t = best_time(lambda: a @ a, repeats)
     return 2 * size ** 3 / t / 1e9
+
+
+def stream_gbps(numbers=4 * 8 * 1024 * 1024, repeats=7, *, kind="in place"):
+    """W: the rate at which one element-wise pass streams a float32 array through the processor.
+
+    The array has as many numbers as the scores at the target point (B h n m), far more than any cache holds.
+    Each pass reads every number and writes one (8 bytes a number):
+
+    - ``"in place"``: a multiplication written back into the array, as the softmax's passes work;
+    - ``"new array"``: the same multiplication into a new array, as ``scores / scale`` or ``scores - max`` would;
+    - ``"exp"``: the exponential into an existing array, the softmax's costliest pass.
+    """
+    a = np.full(numbers, -0.5, dtype=np.float32)
+    out = np.empty_like(a)
+    one = np.float32(1.0)
+    pass_ = {"in place": lambda: np.multiply(a, one, out=a), "new array": lambda: np.multiply(a, one),
+             "exp": lambda: np.exp(a, out=out)}[kind]
+    return 8 * numbers / best_time(pass_, repeats) / 1e9
+
+
+def warm_memory(gib=6):
+    """Touch a few GiB once before timing anything.
+
+    On a virtual machine the first use of a page of memory can be far slower than any later use (the host
+    backs guest memory lazily): on this project's machine, fresh memory was first written at 0.4 GB/s and at
+    8 GB/s on a second try. The layers allocate large arrays, so without this the first measurements would
+    time the host, not the code.
+    """
+    np.ones(gib * 2**30 // 4, dtype=np.float32)
 
 
 def write_csv(name, header, rows):
@@ -193,7 +238,7 @@ def target_point(batch=4, n=1024, d_model=512, h=8, repeats=7):
     versions = [(label, lambda core=core: layer_with_core(core, x, params)) for label, core in CORES]
     versions += [("M.multihead_attention", lambda: M.multihead_attention(x, x, x, params)),
                  ("torch.nn.MultiheadAttention", torch_layer)]
-    times = median_times([fn for _, fn in versions], repeats)  # every version, torch included, taking turns
+    times = best_times([fn for _, fn in versions], repeats)  # every version, torch included, taking turns
     t_torch = times[-1]
     rows = [[label, t, t / t_torch, flops / t / 1e9, flops / t / 1e9 / peak_matmul]
             for (label, _), t in zip(versions, times)]
@@ -202,6 +247,55 @@ def target_point(batch=4, n=1024, d_model=512, h=8, repeats=7):
     t_pkg = times[-2]
     write_csv("mha_target.csv", ["version", "seconds", "ratio_to_torch", "gflops", "fraction_of_matmul"], rows)
     return rows, peak_matmul, t_pkg / t_torch
+
+
+def stage_profile(batch=4, n=1024, d_model=512, h=8, repeats=7):
+    """Time each stage of the package's layer on its own, at the target point, the stages taking turns.
+
+    The stages are those of ``M.complexity.mha_intensity`` and run the package's own lines in its order,
+    each on the arrays the stage before produced; a stage that makes a new array makes it on every call,
+    as the layer does. The softmax works in place, so after its first call it normalises rows that are
+    already probabilities: the same passes over the same bytes.
+    """
+    params, x, _, _ = setup(batch, n, d_model, h)
+    d_k = d_model // h
+    projected = {name: x @ w for name, w in (("q", params.w_q), ("k", params.w_k), ("v", params.w_v))}
+    q, k, v = (M.split_heads(projected[name], h) for name in "qkv")  # (B, n, d_model) -> (B, h, n, d_k)
+    q_scaled = q * (1 / math.sqrt(d_k))
+    scores = q_scaled @ np.swapaxes(k, -1, -2)  # (B, h, n, m)
+    weights = M.attention.softmax_inplace(scores.copy())
+    out = weights @ v  # (B, h, n, d_k)
+    concat = M.combine_heads(out)  # (B, h, n, d_k) -> (B, n, d_model)
+    y = concat @ params.w_o
+
+    def biases():  # the four in-place additions of the layer
+        for array, b in ((projected["q"], params.b_q), (projected["k"], params.b_k),
+                         (projected["v"], params.b_v), (y, params.b_o)):
+            array += b
+
+    stages = {
+        "q_projection": lambda: x @ params.w_q,
+        "k_projection": lambda: x @ params.w_k,
+        "v_projection": lambda: x @ params.w_v,
+        "bias": biases,
+        "scale": lambda: q * (1 / math.sqrt(d_k)),
+        "scores": lambda: q_scaled @ np.swapaxes(k, -1, -2),
+        "softmax": lambda: M.attention.softmax_inplace(weights),
+        "weighted_sum": lambda: weights @ v,
+        "combine_heads": lambda: M.combine_heads(out),
+        "output_projection": lambda: concat @ params.w_o,
+    }
+    layer = lambda: M.multihead_attention(x, x, x, params)  # noqa: E731
+    times = best_times([*stages.values(), layer], repeats)
+    counted = M.complexity.mha_intensity(n, d_model, h, batch=batch)
+    assert set(counted) == set(stages)
+    rows = [[name, t, counted[name]["flops"], counted[name]["bytes"]] for name, t in zip(stages, times)]
+    for name, t, flops, moved in rows:
+        print(f"  {name:>17}: {t * 1e3:7.1f} ms, {flops / t / 1e9:6.1f} GFLOP/s, {moved / t / 1e9:6.1f} GB/s",
+              flush=True)
+    print(f"  sum of the stages {sum(r[1] for r in rows) * 1e3:.0f} ms, the whole layer {times[-1] * 1e3:.0f} ms")
+    write_csv("mha_stages.csv", ["stage", "seconds", "flops", "bytes"], rows + [["whole layer", times[-1], "", ""]])
+    return rows, times[-1]
 
 
 def plot(rows_n, slope, se_slope, slope_t, se_t):
@@ -230,10 +324,11 @@ def main():
     if args.quick:  # a check of the script, not results: keep the stored ones untouched
         RESULTS = QUICK_RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    ns = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 2048, 4096]
+    # above n = 1024 in steps of about sqrt(2), so that the slope's fit has points to spare
+    ns = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 1448, 2048, 2896, 4096]
     widths = [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024, 2048]
     print(f"Machine: {describe()}; torch uses {torch.get_num_threads()} threads")
+    warm_memory(1 if args.quick else 6)
     print("1. time against n")
     rows_n = sweep_n(ns)
     large = [r for r in rows_n if r[0] >= (256 if args.quick else 1024)]
@@ -243,21 +338,40 @@ def main():
     sweep_width(widths)
     print("3. the target point")
     target, peak_matmul, ratio = (target_point(batch=1, n=256) if args.quick else target_point())
+    print("4. each stage of the layer at the target point")
+    stage_rows, layer_seconds = (stage_profile(batch=1, n=256) if args.quick else stage_profile())
+    print("5. the machine's speeds")
+    size = 2**20 if args.quick else 4 * 8 * 1024 * 1024
+    kinds = ("in place", "new array", "exp")
+    bandwidth, bandwidth_new, bandwidth_exp = (stream_gbps(size, kind=kind) for kind in kinds)
+    write_csv("mha_machine.csv", ["quantity", "value", "unit"],
+              [["matmul_float32", peak_matmul, "GFLOP/s"], ["inplace_pass_float32", bandwidth, "GB/s"],
+               ["new_array_pass_float32", bandwidth_new, "GB/s"], ["exp_pass_float32", bandwidth_exp, "GB/s"]])
     plot(rows_n, slope, se, slope_t, se_t)
     summary = [
         "# Multi-head attention timings",
         "",
-        f"Machine: {describe()}; torch {torch.__version__} with {torch.get_num_threads()} threads.",
+        f"Machine: {describe()}; torch {torch.__version__}. Threads: torch {torch.get_num_threads()}, "
+        f"BLAS (OPENBLAS_NUM_THREADS) {os.environ['OPENBLAS_NUM_THREADS']}.",
         "",
         f"Exponent of time against n (n >= {large[0][0]}, {len(large)} points): numpy {slope:.2f}, "
         f"torch {slope_t:.2f}" + (f" (standard errors {se:.2f} and {se_t:.2f})." if len(large) > 3 else
                                   " (too few points for a standard error)."),
         f"numpy matmul on this machine: {peak_matmul:.1f} GFLOP/s (float32, 2048 x 2048).",
+        f"One element-wise pass over a float32 array of the target's scores' size: {bandwidth:.1f} GB/s in place, "
+        f"{bandwidth_new:.1f} GB/s into a new array, {bandwidth_exp:.1f} GB/s for the exponential.",
         f"Target point: numpy / torch = {ratio:.2f} (target: at most 1.0).",
         "",
         "| version | ms | x torch | GFLOP/s | of matmul |",
         "|---|---:|---:|---:|---:|",
         *[f"| {r[0]} | {r[1] * 1e3:.0f} | {r[2]:.2f} | {r[3]:.1f} | {r[4]:.0%} |" for r in target],
+        "",
+        f"Each stage of M.multihead_attention timed on its own (sum {sum(r[1] for r in stage_rows) * 1e3:.0f} ms, "
+        f"the whole layer {layer_seconds * 1e3:.0f} ms):",
+        "",
+        "| stage | ms | GFLOP/s | GB/s |",
+        "|---|---:|---:|---:|",
+        *[f"| {r[0]} | {r[1] * 1e3:.1f} | {r[2] / r[1] / 1e9:.1f} | {r[3] / r[1] / 1e9:.1f} |" for r in stage_rows],
     ]
     (RESULTS / "mha_summary.md").write_text("\n".join(summary) + "\n")
     print("\n".join(summary))
