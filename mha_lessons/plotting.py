@@ -43,7 +43,7 @@ def heatmap(matrix, *, ax=None, row_labels=None, col_labels=None, title=None, an
     n, m = matrix.shape
     ax = _new_ax(ax, (0.6 * m + 1.5, 0.5 * n + 1.2))
     vmax = float(np.nanmax(matrix)) if vmax is None else vmax
-    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax)
+    ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax)
     ax.set_xticks(range(m), labels=col_labels if col_labels is not None else range(m))
     ax.set_yticks(range(n), labels=row_labels if row_labels is not None else range(n))
     ax.set_xlabel(xlabel)

@@ -8,7 +8,7 @@ import mha_lessons as M
 from mha_lessons.grads import (combine_heads_backward, gradcheck, grads_from_torch, mha_backward, sdpa_backward,
                                softmax_backward, split_heads_backward)
 
-from common import ATOL_REL, FD_ATOL_REL, FD_RTOL, RTOL, close, random_params
+from common import FD_ATOL_REL, FD_RTOL, close, random_params
 
 
 def with_param(params, name, value):
