@@ -19,9 +19,10 @@ plus ``mha_summary.md`` (the machine, the fits, the ratios) and ``mha_vs_n.png``
 The chapter on cost reads these files.
 
 Both libraries run on one thread unless OMP_NUM_THREADS (or OPENBLAS_NUM_THREADS, MKL_NUM_THREADS) is set:
-the same core count for both, and on a machine shared with other work, times that repeat. On this project's
-two-core machine two threads gave the target point's ratio anywhere from 0.82 to 0.93 between runs, one thread
-0.90 and 0.90. The summary records the setting.
+the same share of the machine for each, and no waiting for a second thread that other work on a shared machine
+has delayed. On this project's two-core machine the target point's ratio came out between 0.82 and 0.93 in
+three runs with two threads, and between 0.87 and 0.94 in seven runs with one thread while this script was being
+revised. The summary records the setting.
 
 Usage: python benchmarks/bench_mha.py [--quick]
 """
