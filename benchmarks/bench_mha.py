@@ -153,14 +153,14 @@ peak_bytes = M.complexity.measure_peak_bytes
 
 
 def matmul_gflops(size=2048, repeats=5):
-    """P: the float32 FLOP rate of one large square matrix product, the best case for the BLAS."""
+    """R_FLOP of chapter 4: the float32 FLOP rate of one large square matrix product, the BLAS's best case."""
     a = np.random.default_rng(0).normal(size=(size, size)).astype(np.float32)
     t = best_time(lambda: a @ a, repeats)
     return 2 * size ** 3 / t / 1e9
 
 
 def stream_gbps(numbers=4 * 8 * 1024 * 1024, repeats=7, *, kind="in place"):
-    """W: the rate at which one element-wise pass streams a float32 array through the processor.
+    """The rate at which one element-wise pass streams a float32 array: chapter 4's R_mem (in place), R_new.
 
     The array has as many numbers as the scores at the target point (B h n m), far more than any cache holds.
     Each pass reads every number and writes one (8 bytes a number):
