@@ -7,7 +7,9 @@ symbols from it, not from this file, and check the chapters' Markdown where a ch
 - heads are indexed with the page's head index, never with its query index ("head $i$", $\\text{head}_i$, $Q^{(i)}$);
 - the head widths are spelled as on the page ($d_k$, $d_v$), and no width hides behind a bare $d$;
 - the page's key count ($m$) counts keys, and is not also a running maximum ($m_t$) or anything else subscripted;
-- letters the page gives no meaning of their own (a bare $L$ or $M$) do not appear in the chapters' math.
+- letters the page gives no meaning of their own (a bare $L$ or $M$) do not appear in the chapters' math;
+- every symbol a page's math uses is listed on the notation page (``unlisted_symbols``; its docstring states the
+  rule, so that a chapter that adds a symbol knows what row to add).
 
 Each check is a function of the text, and the last test feeds each one a line written the wrong way, so that a
 check that can no longer fail is caught too.
@@ -109,6 +111,172 @@ def bare_letter_uses(text, letter):
     return [m for m in maths(text) for _ in re.finditer(rf"(?<!\\mathcal )(?<![\w\\{{]){letter}(?![\w])", m)]
 
 
+# ---- every symbol in the math is on the page -------------------------------------------------------------------
+
+GREEK = set("""alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi pi varpi rho
+varrho sigma varsigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega
+ell""".split())
+FONTS = {"mathcal", "mathbb", "mathtt", "mathbf", "boldsymbol", "mathsf", "mathfrak"}  # \mathcal L is one symbol
+ACCENTS = {"tilde", "hat", "bar", "widetilde", "widehat", "overline", "vec", "dot", "check", "breve"}  # \tilde s is one symbol
+WORDS = {"text", "mathrm", "textrm", "rm", "textit", "mathit"}  # words: a symbol only as \text{mask}_{ij}
+SKIPPED = {"begin", "end", "operatorname", "label", "tag", "mbox", "hbox", "textbf", "color"}  # names, not symbols
+
+
+def _group(s, k):
+    """(content, end) of the {...} group that starts at s[k], or of the one token there."""
+    while k < len(s) and s[k] == " ":
+        k += 1
+    if k < len(s) and s[k] == "{":
+        depth = 0
+        for end in range(k, len(s)):
+            depth += {"{": 1, "}": -1}.get(s[end], 0)
+            if depth == 0:
+                return s[k + 1:end], end + 1
+        return s[k + 1:], len(s)
+    if k < len(s) and s[k] == "\\":
+        command = re.match(r"\\([A-Za-z]+|.)", s[k:])
+        end = k + command.end()
+        if command.group(1) in WORDS | FONTS:
+            argument, end = _group(s, end)
+            return f"\\{command.group(1)}{{{argument}}}", end
+        return command.group(), end
+    return s[k:k + 1], k + 1
+
+
+def _tokens(math, subscript):
+    """The symbols of a piece of math, each normalised by ``subscript(base, sub)``."""
+    s = math.strip("$")
+    found, k = [], 0
+    while k < len(s):
+        base = None
+        if s[k] == "\\":
+            command = re.match(r"\\([A-Za-z]+|.)", s[k:])
+            name, k = command.group(1), k + command.end()
+            if name in GREEK:
+                base = "\\" + name
+            elif name in FONTS:
+                argument, k = _group(s, k)
+                base = f"\\{name} {argument.strip()}"
+            elif name in ACCENTS:
+                argument, k = _group(s, k)
+                inner = _tokens(argument, subscript)
+                if len(inner) == 1:
+                    base = f"\\{name} {inner[0]}"
+                else:
+                    found += inner
+            elif name in WORDS:
+                argument, k = _group(s, k)
+                if s[k:].lstrip().startswith("_"):
+                    base = f"\\text{{{argument.strip()}}}"
+            elif name in SKIPPED:
+                _, k = _group(s, k)
+            if base is None:
+                continue
+        elif s[k].isalpha():
+            base, k = s[k], k + 1
+        else:
+            k += 1
+            continue
+        sub = None
+        while k < len(s):
+            if s[k] == "'":
+                base, k = base + "'", k + 1
+            elif s[k] == "_" and sub is None:
+                sub, k = _group(s, k + 1)
+            elif s[k] == "^":
+                sup, k = _group(s, k + 1)
+                found += _tokens(sup, subscript)  # an exponent or a head index: its symbols count on their own
+            elif s[k] == " " and s[k + 1:k + 2] in ("_", "^", "'"):
+                k += 1
+            else:
+                break
+        found.append(base if sub is None else subscript(base, sub))
+    return found
+
+
+class Symbols:
+    """The symbols of the notation page, and the rule that decides whether a symbol in a chapter is among them.
+
+    The rule, for a chapter that adds a symbol:
+
+    - A symbol is a Latin letter, a Greek letter (``\\omega``, ``\\ell``), a letter in a font (``\\mathcal L``,
+      ``\\mathbb E``, ``\\mathbf{acc}``) or under an accent (``\\tilde s``, ``\\hat a``), or a word in ``\\text``
+      that carries a subscript (``\\text{mask}_{ij}``), each with its primes and its subscript. Exponents are read
+      as math of their own; operator names (``\\exp``, ``\\operatorname{softmax}``) and words in ``\\text`` with
+      no subscript are not symbols.
+    - A subscript made only of indices (the page's "Indices" table), sizes (its "Sizes" table), numbers and
+      arithmetic is an index: $q_1$, $q_j$, $x_{t-1}$, $\\text{head}_{h-1}$ all count as the listed $q_i$, $x_j$,
+      $\\text{head}_\\ell$. Any other subscript is part of the name and must be listed as written:
+      $p_\\text{drop}$, $W_O$, $d_k$, $R_\\text{FLOP}$ (``\\mathrm`` counts as ``\\text``; ``\\max`` as a word).
+      A subscript that mixes words and indices keeps the words: $\\tilde s_{\\max,u}$ lists $\\tilde s_{\\max,1}$.
+    - A subscript $\\beta$ selects a sequence of a batch (the page's conventions): $O_\\beta$ counts as $O$, and
+      $X_{q,\\beta}$ as $X_q$. A listed upper-case letter with an index subscript is an entry of that array
+      ($dQ_{\\beta i}$, $S_{ij}$).
+    - So a new symbol needs a row of the page (or one more symbol in the first column of the row whose meaning it
+      shares): ``| $p_\\text{drop}$ | dropout rate | ... |``. Every symbol in that column is read by the same rule.
+    """
+
+    def __init__(self, text):
+        sections = re.split(r"^## ", text, flags=re.M)
+        table = {s.splitlines()[0].strip(): table_rows(s) for s in sections[1:]}
+        self.indices = {x for row in table["Indices"] for x in row["symbols"]}
+        self.sizes = {x for row in table["Sizes"] for x in row["symbols"]}
+        raw = [s for row in table_rows(text) for s in row["symbols"]]
+        self.listed = set()
+        for _ in range(2):  # the second pass lets a listed symbol (j_prev) stand in another's subscript
+            self.listed = {t for s in raw for t in _tokens(s, self.subscript)}
+
+    def subscript(self, base, sub):
+        sub = re.sub(r"\\beta\b", " ", sub).strip(" ,")  # a sequence of a batch: O_beta counts as O
+        if not sub:
+            return base
+        sub = re.sub(r"\\(?:mathrm|rm|textrm)\b", r"\\text", sub)
+        sub = re.sub(r"\\(max|min)\b", r"\\text{\1}", sub)
+        sub = re.sub(r"\\[,;:! ]", " ", sub)
+        words = re.findall(r"(?<!_)\\text\{([^{}]*)\}", sub)
+        rest = re.sub(r"(?<!_)\\text\{[^{}]*\}", " ", sub)
+        parts = _tokens(rest, self.subscript)
+        known = self.indices | self.sizes | getattr(self, "listed", set())
+        parts = [p.rstrip("'") for p in parts]
+        named = len(parts) == 1 and re.fullmatch(r"[A-Za-z]|\\mathtt \w", parts[0]) \
+            and parts[0] not in self.indices | self.sizes
+        if named or not all(p in known for p in parts):
+            return f"{base}_{{{re.sub(r'[{} ]', '', sub).strip(',')}}}"
+        return f"{base}_{{{','.join(w.strip() for w in words) + (',#' if parts or not words else '')}}}".replace("{,", "{")
+
+    def unlisted(self, math):
+        """The symbols of ``math`` (one $...$ or $$...$$ string) that the page does not list."""
+        return [s for s in _tokens(math, self.subscript) if s not in self.listed and not self.entry(s)]
+
+    def entry(self, symbol_):
+        """An entry of a listed matrix, written with indices ($dQ_{\\beta i}$, $O_{i,\\, \\ell d_k + f}$)."""
+        return bool(re.fullmatch(r"[A-Z]_\{#\}", symbol_)) and symbol_[0] in self.listed
+
+
+# Symbols of chapters that other work owns, not yet listed or renamed. Each entry says why; the test below fails
+# as soon as an entry is no longer used, so that the list only shrinks.
+NOT_YET_LISTED = {
+    "05_gradients.ipynb": {
+        "C": "dW_O = C^T dY: the heads' outputs side by side are O on the notation page",
+        "N": "the cost of a product written N x p, summing over r: the page has N_rows, d_in, d_out (p, r are "
+             "the worker count and rank)",
+    },
+    "07_efficient_attention.ipynb": {
+        "c": "a feature index of the values: the page's feature index is f",
+        "o_{ic}": "an entry of o_i with the feature index c",
+        "v_{jc}": "an entry of v_j with the feature index c",
+        "\\delta": "the row sums of the backward pass: delta is the page's Kronecker delta",
+        "\\delta_{I}": "the same for a query tile",
+        "l": "FlashAttention's name for the normaliser, Z on the page",
+    },
+}
+
+
+def unlisted_symbols(text, page):
+    """(symbol, the math it stands in) for every symbol of the text's math that the notation page does not list."""
+    return [(s, m) for m in maths(text) for s in page.unlisted(m)]
+
+
 # ---- the tests ---------------------------------------------------------------------------------------------------
 
 ROWS = table_rows(NOTATION.read_text())
@@ -203,3 +371,29 @@ def test_each_check_fails_on_a_line_written_the_wrong_way():
     assert not key_count_misuses(r"$m$ keys in blocks of $m_\text{blk}$, $n \times m$", keys)
     assert bare_letter_uses(r"$\partial L / \partial w$", "L") and bare_letter_uses("$e^{s_j - M}$", "M")
     assert not bare_letter_uses(r"$\partial \mathcal L / \partial w$, $N_\text{layers}$", "L")
+
+
+PAGE = Symbols(NOTATION.read_text())
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_every_symbol_in_the_math_is_on_the_notation_page(name):
+    known = NOT_YET_LISTED.get(name, {})
+    missing = sorted({s for s, _ in unlisted_symbols(TEXTS[name], PAGE)} - set(known))
+    where = {s: m[:80] for s, m in unlisted_symbols(TEXTS[name], PAGE)}
+    assert not missing, (f"{name}: symbols in the math that book/notation.md does not list (the rule is in "
+                         f"Symbols' docstring): {[(s, where[s]) for s in missing]}")
+    stale = sorted(set(known) - {s for s, _ in unlisted_symbols(TEXTS[name], PAGE)})
+    assert not stale, f"{name}: no longer uses {stale}: remove them from NOT_YET_LISTED"
+
+
+def test_the_symbol_check_fails_on_symbols_the_page_does_not_list():
+    # a letter, a subscripted name, an accent, a word with a subscript and a Greek letter the page does not list
+    for line in (r"$\chi$", r"$p_\text{keep}$", r"$\check q$ and $\breve k_j$", r"$\text{gate}_{ij}$", r"$\varpi_i$",
+                 r"$\Omega_f$", r"$R_k$"):
+        assert unlisted_symbols(line, PAGE), line
+    assert [s for s, _ in unlisted_symbols(r"$\sin(a + b)$", PAGE)] == ["b"]   # a is listed, b is not
+    # and lets through what the page lists, in every form the rule allows
+    fine = (r"$q_1 \cdot k_j$, $\tilde s_{\max,1}$, $\text{head}_{h-1}$, $O_\beta$, $X_{q,\beta}$, $dQ_{\beta i}$, "
+            r"$d_\mathrm{model}$, $\mathbb{E}[\xi]$, $W_O^{(\ell)}$, $p_\text{drop}$, $\exp(\tilde s_{ij})$")
+    assert unlisted_symbols(fine, PAGE) == []
