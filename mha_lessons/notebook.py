@@ -152,3 +152,50 @@ def read_result(name):
         known = sorted(p.name for p in results.iterdir() if p.is_file())
         raise ValueError(f"no stored benchmark result named {name!r}; there are {known}")
     return path.read_text()
+
+
+PINNED_TORCH = "2.13"  # the PyTorch that requirements.txt pins and the stored outputs were computed with
+
+
+def check_torch_behaviour(holds, claim, pinned=PINNED_TORCH):
+    """Assert a claim about what PyTorch does on the version the course pins; on another version, say so instead.
+
+    A chapter that describes a detail of PyTorch (what a path returns for a fully masked row, which random numbers
+    a function draws) checks it against the PyTorch that ran the cell. On the pinned version a claim that fails is an
+    error, as any failed check. On another version, such as the one Colab ships, the cell prints a visible note
+    that names both versions, and goes on: the package itself does not depend on the detail.
+
+    Parameters
+    ----------
+    holds : bool
+        Whether the claim held on the PyTorch that ran the cell.
+    claim : str
+        The claim, as a sentence ("the functional path returns zeros for a fully masked row").
+    pinned : str, optional
+        The version the text describes, as ``"major.minor"``.
+
+    Returns
+    -------
+    bool
+        ``holds``.
+
+    Raises
+    ------
+    AssertionError
+        If the claim does not hold on the pinned version.
+
+    Examples
+    --------
+    >>> check_torch_behaviour(True, "1 + 1 = 2 in PyTorch too")
+    True
+    """
+    if holds:
+        return True
+    import torch
+
+    version = torch.__version__.split("+")[0]
+    if version == pinned or version.startswith(pinned + "."):
+        raise AssertionError(f"on PyTorch {version}, the version the course pins, this no longer holds: {claim}")
+    print(f"Note: on your PyTorch {version} this does not hold: {claim}. The text describes PyTorch {pinned}, "
+          f"the version the course pins; nothing in mha_lessons depends on it.")
+    return False

@@ -2,8 +2,13 @@
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import mha_lessons as M
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_import_needs_only_numpy():
@@ -40,3 +45,22 @@ def test_every_exercise_checker_is_imported_by_name_into_exercises():
             assert getattr(E, name, None) is getattr(module, name), \
                 f"{info.name}.{name} is not imported by name in mha_lessons/exercises/__init__.py"
             assert name in E.__all__, f"{name} is missing from mha_lessons.exercises.__all__"
+
+
+def test_a_claim_about_torch_fails_on_the_pinned_version_and_is_a_note_elsewhere(monkeypatch, capsys):
+    import re
+
+    import torch
+
+    from mha_lessons.notebook import PINNED_TORCH, check_torch_behaviour
+
+    pin = re.search(r"^torch==(\d+\.\d+)", (ROOT / "requirements.txt").read_text(), re.M)
+    assert pin and pin.group(1) == PINNED_TORCH, "notebook.PINNED_TORCH must be the version requirements.txt pins"
+    assert check_torch_behaviour(True, "holds") is True
+    monkeypatch.setattr(torch, "__version__", PINNED_TORCH + ".0+cpu")
+    with pytest.raises(AssertionError, match="no longer holds: the claim"):
+        check_torch_behaviour(False, "the claim")
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cu121")
+    assert check_torch_behaviour(False, "the claim") is False
+    note = capsys.readouterr().out
+    assert "2.5.1" in note and PINNED_TORCH in note and "the claim" in note
