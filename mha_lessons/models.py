@@ -101,3 +101,17 @@ def by_name(name):
         if config.name == name:
             return config
     raise ValueError(f"no published configuration is called {name!r}; there are {[c.name for c in PUBLISHED]}")
+
+
+HEAD_COUNT_ABLATION = (
+    # (h, d_k = d_v, perplexity, BLEU): Table 3 of Vaswani et al. (2017), the base row and rows (A)
+    (1, 512, 5.29, 24.9),
+    (4, 128, 5.00, 25.5),
+    (8, 64, 4.92, 25.8),
+    (16, 32, 4.91, 25.8),
+    (32, 16, 5.01, 25.4),
+)
+"""Vaswani et al. (2017), Table 3: the base Transformer (d_model = 512) with h heads of width d_k = d_v = 512 / h,
+so that h·d_k stays 512 and the parameter count stays the same. Perplexity (per word piece) and BLEU on the
+English-to-German development set, newstest2013, as the paper prints them. The row h = 8 is the base model; the
+others are the rows (A). The paper gives no error bars."""
