@@ -11,6 +11,10 @@ Five measurements, each the fastest of several repeats, written to mha_lessons/r
    torch, with achieved GFLOP/s as a fraction of this machine's numpy matmul GFLOP/s.
 4. ``mha_stages.csv``: each stage of the package's layer timed on its own at the target point, with its
    FLOPs and the bytes it must move (``M.complexity.mha_intensity``).
+6. ``mha_torch_paths.csv`` (``--torch-paths`` runs only this): at the target point, the package's layer beside
+   PyTorch's layer on both of its paths: ``need_weights=True`` (it computes and returns every head's weights, the
+   path the rest of the script times) and ``need_weights=False`` (its usual path, a fused attention kernel that
+   never returns the weights), with the load average of the machine while it ran.
 5. ``mha_machine.csv``: the machine's speeds that a roofline model needs: the FLOP rate P of a large
    float32 matrix product, and the byte rate W of an element-wise pass over an array too large for the
    caches: in place, into a new array, and for the exponential.
@@ -299,6 +303,33 @@ def stage_profile(batch=4, n=1024, d_model=512, h=8, repeats=7):
     return rows, times[-1]
 
 
+def torch_paths(batch=4, n=1024, d_model=512, h=8, repeats=7):
+    """The target point's three layers, taking turns: ours, and PyTorch's with and without the weights."""
+    params, x, module, xt = setup(batch, n, d_model, h)
+
+    def torch_layer(need_weights):
+        with torch.no_grad():
+            if need_weights:
+                return module(xt, xt, xt, need_weights=True, average_attn_weights=False)
+            return module(xt, xt, xt, need_weights=False)
+
+    ours, _ = M.multihead_attention(x, x, x, params)
+    for need_weights in (True, False):  # both paths compute the same layer as ours
+        np.testing.assert_allclose(torch_layer(need_weights)[0].numpy(), ours, rtol=2e-3, atol=2e-4)
+    load_before = os.getloadavg()[0]
+    versions = [("M.multihead_attention", lambda: M.multihead_attention(x, x, x, params)),
+                ("torch.nn.MultiheadAttention, need_weights=True", lambda: torch_layer(True)),
+                ("torch.nn.MultiheadAttention, need_weights=False", lambda: torch_layer(False))]
+    times = best_times([fn for _, fn in versions], repeats)
+    load = max(load_before, os.getloadavg()[0])
+    rows = [[label, t, t / times[1], load] for (label, _), t in zip(versions, times)]
+    for label, t, ratio, _ in rows:
+        print(f"  {label}: {t * 1e3:.0f} ms = {ratio:.2f} x torch with weights", flush=True)
+    print(f"  load average (1 min) while timing: {load:.1f} on {os.cpu_count()} logical cores")
+    write_csv("mha_torch_paths.csv", ["version", "seconds", "ratio_to_torch_need_weights", "load_average"], rows)
+    return rows
+
+
 def plot(rows_n, slope, se_slope, slope_t, se_t):
     import matplotlib
 
@@ -320,11 +351,18 @@ def plot(rows_n, slope, se_slope, slope_t, se_t):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run, to check the script works")
+    parser.add_argument("--torch-paths", action="store_true",
+                        help="time only PyTorch's two paths beside the package's layer at the target point")
     args = parser.parse_args()
     global RESULTS
     if args.quick:  # a check of the script, not results: keep the stored ones untouched
         RESULTS = QUICK_RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.torch_paths:
+        print(f"Machine: {describe()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+        warm_memory(2)
+        torch_paths()
+        return
     # above n = 1024 in steps of about sqrt(2), so that the slope's fit has points to spare
     ns = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 1448, 2048, 2896, 4096]
     widths = [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024, 2048]
@@ -341,6 +379,8 @@ def main():
     target, peak_matmul, ratio = (target_point(batch=1, n=256) if args.quick else target_point())
     print("4. each stage of the layer at the target point")
     stage_rows, layer_seconds = (stage_profile(batch=1, n=256) if args.quick else stage_profile())
+    print("6. PyTorch's two paths at the target point")
+    torch_paths(batch=1, n=256) if args.quick else torch_paths()
     print("5. the machine's speeds")
     size = 2**20 if args.quick else 4 * 8 * 1024 * 1024
     kinds = ("in place", "new array", "exp")

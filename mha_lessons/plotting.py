@@ -255,3 +255,66 @@ def position_vectors(positions, *, ax=None, title=None, cmap="RdBu_r"):
     if title:
         ax.set_title(title)
     return ax
+
+
+def roofline(intensities, roofs, *, measured=None, ax=None, title=None):
+    """The roofline picture: attainable FLOP/s against arithmetic intensity, one roof per machine, stages as points.
+
+    A machine that does at most ``R_FLOP`` FLOP/s and moves at most ``R_mem`` bytes/s attains
+    ``min(R_FLOP, I * R_mem)`` FLOP/s on work of intensity ``I`` FLOPs per byte (Williams et al., 2009): a sloped
+    line (memory-bound) that meets a flat one (compute-bound) at the balance point ``I = R_FLOP / R_mem``.
+
+    Parameters
+    ----------
+    intensities : dict of str to float
+        Each stage's FLOPs per byte; stages of zero intensity (a copy) are left out.
+    roofs : dict of str to (float, float)
+        For each machine, ``(R_FLOP, R_mem)`` in FLOP/s and bytes/s. Each stage is drawn on each roof.
+    measured : dict of str to float, optional
+        FLOP/s each stage reached on the first machine, drawn as open markers beside its roof point.
+    ax : matplotlib.axes.Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        With one roof line per machine (labelled by its name) and a vertical dotted line at each balance point.
+
+    Examples
+    --------
+    >>> ax = roofline({"softmax": 0.16, "scores": 28.4}, {"CPU": (1e11, 5e10)})
+    >>> [line.get_label() for line in ax.get_lines()][:1]
+    ['CPU']
+    """
+    points = {name: float(i) for name, i in intensities.items() if i > 0}
+    if not points or not roofs:
+        raise ValueError(f"roofline needs at least one stage of positive intensity and one machine, got "
+                         f"{len(points)} stages and {len(roofs)} machines")
+    for machine, (r_flop, r_mem) in roofs.items():
+        if not (r_flop > 0 and r_mem > 0):
+            raise ValueError(f"machine {machine!r}: rates must be positive, got R_FLOP = {r_flop}, R_mem = {r_mem}")
+    ax = _new_ax(ax, (7, 4.5))
+    lo = min(min(points.values()), *(f / m for f, m in roofs.values())) / 4
+    hi = max(max(points.values()), *(f / m for f, m in roofs.values())) * 4
+    grid = np.logspace(np.log10(lo), np.log10(hi), 200)
+    markers = "os^vDP*X"
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (machine, (r_flop, r_mem)) in enumerate(roofs.items()):
+        color = colors[k % len(colors)]
+        ax.loglog(grid, np.minimum(r_flop, grid * r_mem), "-", color=color, linewidth=2, label=machine)
+        ax.axvline(r_flop / r_mem, color=color, linestyle=":", linewidth=1)
+        for s, (name, intensity) in enumerate(points.items()):
+            ax.plot(intensity, min(r_flop, intensity * r_mem), markers[s % len(markers)], color=color,
+                    markersize=7, label=name if k == 0 else None, markeredgecolor="black")
+    if measured:
+        first = list(roofs)[0]
+        for s, (name, intensity) in enumerate(points.items()):
+            if name in measured:
+                ax.plot(intensity, measured[name], markers[s % len(markers)], markerfacecolor="none",
+                        markeredgecolor="black", markersize=9,
+                        label=f"measured on {first}" if s == 0 else None)
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("attainable FLOP/s")
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax

@@ -93,3 +93,20 @@ def test_position_vectors_draws_the_matrix_on_a_fixed_scale_from_minus_one_to_on
     assert len(ax.figure.axes) == 2  # the picture and its colour bar
     with pytest.raises(ValueError, match=r"\(n, d_model\) matrix, got shape \(8,\)"):
         M.plotting.position_vectors(P[0])
+
+
+def test_roofline_draws_each_roof_as_the_smaller_of_its_two_limits():
+    from mha_lessons.plotting import roofline
+
+    roofs = {"slow": (1e11, 5e10), "fast": (1.56e14, 2.039e12)}
+    ax = roofline({"softmax": 0.156, "scores": 28.4, "copy": 0.0}, roofs, measured={"scores": 6e10})
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    for machine, (r_flop, r_mem) in roofs.items():
+        x, y = lines[machine].get_data()
+        np.testing.assert_allclose(y, np.minimum(r_flop, x * r_mem))
+    # the points sit on the roofs: softmax memory-bound on both, scores compute-bound on the slow machine only
+    assert np.isclose(lines["softmax"].get_data()[1][0], 0.156 * 5e10)
+    assert np.isclose(lines["scores"].get_data()[1][0], 1e11)
+    assert "copy" not in lines                                   # zero intensity has no place on a log axis
+    with pytest.raises(ValueError, match="R_mem = 0"):
+        roofline({"scores": 1.0}, {"broken": (1e11, 0)})
