@@ -316,5 +316,5 @@ def roofline(intensities, roofs, *, measured=None, ax=None, title=None):
     ax.set_ylabel("attainable FLOP/s")
     if title:
         ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
     return ax
