@@ -208,12 +208,15 @@ class Symbols:
       arithmetic is an index: $q_1$, $q_j$, $x_{t-1}$, $\\text{head}_{h-1}$ all count as the listed $q_i$, $x_j$,
       $\\text{head}_\\ell$. Any other subscript is part of the name and must be listed as written:
       $p_\\text{drop}$, $W_O$, $d_k$, $R_\\text{FLOP}$ (``\\mathrm`` counts as ``\\text``; ``\\max`` as a word).
-      A subscript that mixes words and indices keeps the words: $\\tilde s_{\\max,u}$ lists $\\tilde s_{\\max,1}$.
+      A subscript that mixes words and indices keeps the words: the listed $\\tilde s_{\\max,u}$ covers
+      $\\tilde s_{\\max,1}$, not $\\tilde s_{\\min,1}$.
     - A subscript $\\beta$ selects a sequence of a batch (the page's conventions): $O_\\beta$ counts as $O$, and
       $X_{q,\\beta}$ as $X_q$. A listed upper-case letter with an index subscript is an entry of that array
       ($dQ_{\\beta i}$, $S_{ij}$).
     - So a new symbol needs a row of the page (or one more symbol in the first column of the row whose meaning it
       shares): ``| $p_\\text{drop}$ | dropout rate | ... |``. Every symbol in that column is read by the same rule.
+      The test's message names each unlisted symbol as the rule normalises it (an index subscript shows as ``#``)
+      with the math it stands in.
     """
 
     def __init__(self, text):
