@@ -117,7 +117,8 @@ GREEK = set("""alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta
 varrho sigma varsigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega
 ell""".split())
 FONTS = {"mathcal", "mathbb", "mathtt", "mathbf", "boldsymbol", "mathsf", "mathfrak"}  # \mathcal L is one symbol
-ACCENTS = {"tilde", "hat", "bar", "widetilde", "widehat", "overline", "vec", "dot", "check", "breve"}  # \tilde s is one symbol
+# \tilde s is one symbol
+ACCENTS = {"tilde", "hat", "bar", "widetilde", "widehat", "overline", "vec", "dot", "check", "breve"}
 WORDS = {"text", "mathrm", "textrm", "rm", "textit", "mathit"}  # words: a symbol only as \text{mask}_{ij}
 SKIPPED = {"begin", "end", "operatorname", "label", "tag", "mbox", "hbox", "textbf", "color"}  # names, not symbols
 
@@ -245,7 +246,8 @@ class Symbols:
             and parts[0] not in self.indices | self.sizes
         if named or not all(p in known for p in parts):
             return f"{base}_{{{re.sub(r'[{} ]', '', sub).strip(',')}}}"
-        return f"{base}_{{{','.join(w.strip() for w in words) + (',#' if parts or not words else '')}}}".replace("{,", "{")
+        kept = [w.strip() for w in words] + (["#"] if parts or not words else [])
+        return f"{base}_{{{','.join(kept)}}}"
 
     def unlisted(self, math):
         """The symbols of ``math`` (one $...$ or $$...$$ string) that the page does not list."""
