@@ -259,13 +259,9 @@ class Symbols:
 
 
 # Symbols of chapters that other work owns, not yet listed or renamed. Each entry says why; the test below fails
-# as soon as an entry is no longer used, so that the list only shrinks.
+# as soon as an entry is no longer used, so that the list only shrinks. (Chapter 5's C and N, for O and N_rows,
+# are renamed on the branch that rewrites chapter 5; until it is merged, chapter 5 fails here.)
 NOT_YET_LISTED = {
-    "05_gradients.ipynb": {
-        "C": "dW_O = C^T dY: the heads' outputs side by side are O on the notation page",
-        "N": "the cost of a product written N x p, summing over r: the page has N_rows, d_in, d_out (p, r are "
-             "the worker count and rank)",
-    },
     "07_efficient_attention.ipynb": {
         "c": "a feature index of the values: the page's feature index is f",
         "o_{ic}": "an entry of o_i with the feature index c",
