@@ -589,10 +589,10 @@ def query_gradient(d_ks, m, n_rows, *, divisor="sqrt", seed=0):
         for start in range(0, r, rows):
             stop = min(r, start + rows)
             q, k, v, d_out = sample_attention_rows(stop - start, m, int(d), seed=rng)
-            a = softmax(np.einsum("rf,rjf->rj", q, k) / c, axis=-1)  # (r, d_k) · (r, m, d_k) -> (r, m)
-            d_a = np.einsum("rf,rjf->rj", d_out, v)  # dA = dO Vᵀ: (r, d_v) · (r, m, d_v) -> (r, m)
+            a = softmax((k @ q[:, :, None])[..., 0] / c, axis=-1)  # (r, m, d_k) @ (r, d_k, 1) -> (r, m)
+            d_a = (v @ d_out[:, :, None])[..., 0]  # dA = dO Vᵀ: (r, m, d_v) @ (r, d_v, 1) -> (r, m)
             d_s = softmax_backward(a, d_a)  # dS̃, (r, m)
-            d_q = np.einsum("rj,rjf->rf", d_s, k) / c  # dq = dS̃ K / c: (r, m) · (r, m, d_k) -> (r, d_k)
+            d_q = (d_s[:, None, :] @ k)[:, 0] / c  # dq = dS̃ K / c: (r, 1, m) @ (r, m, d_k) -> (r, d_k)
             norms[w, start:stop] = np.linalg.norm(d_q, axis=-1)
     squares = np.sort(norms**2, axis=-1)  # (W, r), ascending
     top = max(1, int(round(0.1 * r)))
