@@ -573,17 +573,19 @@ def test_weighted_sum_backward_typical_mistakes_are_named():
 
 
 def _numerical_temperature_gradient(S, v, d_o, tau):
-    """The oracle: central differences of sum(dO ⊙ softmax(τ S) V) in τ (error about 1e-11 for a step of 1e-5)."""
-    return M.grads.gradcheck(lambda t: M.softmax(t * S) @ v, np.array([tau]), d_o, eps=1e-5)
+    """The oracle: central differences of sum(dO ⊙ softmax(S / τ) V) in τ (error about 1e-11 for a step of 1e-5)."""
+    return M.grads.gradcheck(lambda t: M.softmax(S / t) @ v, np.array([tau]), d_o, eps=1e-5)
 
 
-def _my_temperature_gradient(S, v, d_o, tau, backward_axis=-1, softmax_backward=True, factor="S", total=True):
+def _my_temperature_gradient(S, v, d_o, tau, backward_axis=-1, softmax_backward=True, factor="-S/tau2",
+                             total=True):
     """Exercise 2 the way a learner writes it, with switches for the usual slips."""
-    a = np.exp(tau * S - (tau * S).max(axis=-1, keepdims=True))
+    a = np.exp(S / tau - (S / tau).max(axis=-1, keepdims=True))
     a /= a.sum(axis=-1, keepdims=True)
     da = d_o @ v.T
     ds = a * (da - (da * a).sum(axis=backward_axis, keepdims=True)) if softmax_backward else da
-    contributions = ds * {"S": S, "tau S": tau * S, "none": 1.0}[factor]
+    contributions = ds * {"-S/tau2": -S / tau**2, "S/tau2": S / tau**2, "S/tau": S / tau, "S": S,
+                          "none": 1.0}[factor]
     return contributions.sum() if total else contributions
 
 
@@ -595,8 +597,10 @@ def test_temperature_gradient():
     cases = {
         "the softmax backward is missing": dict(softmax_backward=False),
         "sums over the wrong axis": dict(backward_axis=0),
-        "not by τ S": dict(factor="tau S"),
-        "its own factor s_ij": dict(factor="none"),
+        "the sign is wrong": dict(factor="S/tau2"),
+        "not s_ij / τ": dict(factor="S/tau"),
+        "for a τ that multiplies them": dict(factor="S"),
+        "its own factor": dict(factor="none"),
         "the shape of the scores": dict(total=False),
     }
     for words, options in cases.items():

@@ -19,6 +19,8 @@ from mha_lessons.scaling import (
     dot_product_kurtosis,
     dot_product_moments,
     dot_product_variance,
+    query_gradient,
+    sample_attention_rows,
     sample_qk,
     softmax_jacobian,
     softmax_saturation,
@@ -391,6 +393,10 @@ def test_jacobian_keeps_float32():
         (lambda: alignment_saturation([4], 0.5, 10), r"1-D sequence, got shape \(\)"),
         (lambda: alignment_saturation([4], [0.5, 0.0], 1), "n_rows must be an integer of at least 2, got 1"),
         (lambda: alignment_saturation([4], [0.5, np.nan], 10), r"got \[0.5, nan\]"),
+        (lambda: query_gradient([4, 0], 8, 10), r"got \[4, 0\]"),
+        (lambda: query_gradient([4], 0, 10), "m must be an integer of at least 1, got 0"),
+        (lambda: query_gradient([4], 8, 10, divisor="cube"), r"got 'cube'"),
+        (lambda: sample_attention_rows(0, 3, 4), "n_rows must be an integer of at least 1, got 0"),
     ],
 )
 def test_bad_input_raises_a_value_error_naming_the_numbers(call, message):
@@ -405,3 +411,60 @@ def test_measured_kurtosis_equals_its_closed_form(d_k):
     # assumed rather than measured fails here. Its own standard error is a few per cent at this size.
     measured = dot_product_variance([d_k], 400_000, seed=7).kurtosis[0]
     assert measured == pytest.approx(dot_product_kurtosis(d_k), rel=0.08)
+
+
+# ----------------------------------------------------------------------------- the gradient that reaches a query
+
+@pytest.mark.parametrize("divisor", ["sqrt", "none", "d_k"])
+@pytest.mark.parametrize("d_k", [1, 8, 64])
+def test_query_gradient_matches_torch_autograd(divisor, d_k):
+    """|dq_i| from the package's backward against torch autograd on the same draws, in float64."""
+    r, m, seed = 50, 6, 3
+    ours = query_gradient([d_k], m, r, divisor=divisor, seed=seed).norms[0]  # one chunk: the draws below
+    q, k, v, d_out = sample_attention_rows(r, m, d_k, seed=np.random.default_rng(seed))
+    c = {"sqrt": math.sqrt(d_k), "none": 1.0, "d_k": float(d_k)}[divisor]
+    q_t = torch.tensor(q, requires_grad=True)
+    k_t, v_t = torch.from_numpy(k), torch.from_numpy(v)
+    a = torch.softmax(torch.einsum("rf,rjf->rj", q_t, k_t) / c, dim=-1)  # (r, m)
+    out = torch.einsum("rj,rjf->rf", a, v_t)  # (r, d_v)
+    (out * torch.from_numpy(d_out)).sum().backward()  # L = Σ O ⊙ dO
+    expected = q_t.grad.norm(dim=-1).numpy()
+    np.testing.assert_allclose(ours, expected, rtol=1e-10, atol=1e-300)
+
+
+def test_query_gradient_divisors_agree_at_width_one():
+    # with d_k = 1 every divisor is 1: the same draws must give the same numbers
+    a, b = (query_gradient([1], 8, 30, divisor=d, seed=2).norms for d in ("sqrt", "none"))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_incoming_gradient_has_unit_variance_at_every_width():
+    # the model's promise: dA = dO Vᵀ has entries of variance 1 whatever d_k (Var[dO_f] = 1/d_k)
+    for d_k in (2, 256):
+        _, _, v, d_out = sample_attention_rows(4000, 8, d_k, seed=5)
+        d_a = np.einsum("rf,rjf->rj", d_out, v)
+        # Var[dO·v_j] = 1; the sample variance of 32000 correlated-by-row entries: a few per cent
+        assert d_a.var() == pytest.approx(1.0, rel=0.06)
+
+
+def test_scaled_gradient_is_width_independent_and_unscaled_is_not():
+    widths = [16, 64, 256, 1024]
+    scaled = query_gradient(widths, 32, 2000, divisor="sqrt", seed=0)
+    unscaled = query_gradient(widths, 32, 2000, divisor="none", seed=0)
+    # scaled: the median and the total stay within 10% of their value at d_k = 16
+    assert np.all(np.abs(scaled.median / scaled.median[0] - 1) < 0.1)
+    assert np.all(np.abs(scaled.rms / scaled.rms[0] - 1) < 0.1)
+    # unscaled: the typical query loses its gradient, the total grows, and a tenth of the rows carry most of it
+    assert unscaled.median[-1] < 0.05 * scaled.median[-1]
+    assert np.all(np.diff(unscaled.rms) > 0) and unscaled.rms[-1] > 10 * scaled.rms[-1]
+    assert unscaled.top_share[-1] > 0.9 > 0.5 > scaled.top_share[-1]
+
+
+def test_dividing_by_d_k_gives_the_uniform_row_closed_form():
+    """With the divisor d_k the row tends to uniform; then E|dq|² = (m - 1) / (m² d_k) exactly."""
+    m, r = 32, 6000
+    for d_k in (256, 1024):
+        g = query_gradient([d_k], m, r, divisor="d_k", seed=4)
+        predicted = math.sqrt((m - 1) / (m**2 * d_k))
+        # the squares have a relative standard error of about √(2/r) ≈ 2%; the rows are not exactly uniform
+        assert g.rms[0] == pytest.approx(predicted, rel=0.05)

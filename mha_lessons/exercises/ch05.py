@@ -82,46 +82,51 @@ def check_weighted_sum_backward(weighted_sum_backward):
 
 
 def check_temperature_gradient(temperature_gradient):
-    """Check ``temperature_gradient(S, v, d_o, tau) -> dτ`` for O = softmax(τ S) V.
+    """Check ``temperature_gradient(S, v, d_o, tau) -> dτ`` for O = softmax(S / τ) V.
 
-    S (n, m) are the raw scores q kᵀ, v (m, d_v), d_o = ∂L/∂O (n, d_v), tau a number; dτ is one number,
-    Σ_ij ds̃_ij s_ij with ds̃ the gradient of the scaled scores τ S. Recognised mistakes: the softmax
-    backward left out or summed over the wrong axis, the factor S left out or replaced by τ S, an
-    array instead of one number.
+    S (n, m) are the raw scores q kᵀ, v (m, d_v), d_o = ∂L/∂O (n, d_v), tau a positive number (the
+    temperature, a divisor as on the notation page); dτ is one number, -Σ_ij ds̃_ij s_ij / τ² with ds̃
+    the gradient of the scaled scores S / τ. Recognised mistakes: the softmax backward left out or
+    summed over the wrong axis, the factor -s_ij / τ² replaced by s_ij / τ, by s_ij or by nothing, the
+    minus sign lost, an array instead of one number.
 
     >>> import mha_lessons as M
     >>> from mha_lessons.grads import softmax_backward
     >>> M.exercises.check_temperature_gradient(
-    ...     lambda S, v, d_o, tau: (softmax_backward(M.softmax(tau * S), d_o @ v.T) * S).sum())
-    Right: dτ = Σ ds̃ ⊙ S, through the softmax backward.
+    ...     lambda S, v, d_o, tau: -(softmax_backward(M.softmax(S / tau), d_o @ v.T) * S).sum() / tau**2)
+    Right: dτ = -Σ ds̃ ⊙ S / τ², through the softmax backward.
     """
     rng = np.random.default_rng(13)
     S, v, d_o = rng.normal(size=(3, 5)) * 2, rng.normal(size=(5, 2)), rng.normal(size=(3, 2))
-    tau = 0.7
+    tau = 1.4
     answer, failure = call_learner(temperature_gradient, S.copy(), v.copy(), d_o.copy(), tau,
                                    name="temperature_gradient")
     if failure is not None:
         return failure
-    a = softmax(tau * S)  # (n, m)
+    a = softmax(S / tau)  # (n, m)
     da = d_o @ v.T  # (n, m), eq-ch5-da
-    ds_scaled = softmax_backward(a, da)  # (n, m), the gradient of τ S
+    ds_scaled = softmax_backward(a, da)  # (n, m), the gradient of S / τ
     if answer is not None and np.shape(answer) == (1,):
         answer = np.asarray(answer)[0]  # a one-element array, as gradcheck gives, counts as one number
     if answer is not None and np.shape(answer) == S.shape:
         return Verdict(False, f"this has the shape of the scores, {S.shape}; dτ is one number: τ is used by every "
-                              "score, so sum the contributions ds̃_ij s_ij over all i and j.")
+                              "score, so sum the contributions ds̃_ij ∂(s_ij / τ)/∂τ over all i and j.")
+    right = -np.sum(ds_scaled * S) / tau**2
     mistakes = [
-        (np.sum(da * S), "the softmax backward is missing: dO Vᵀ is the gradient of the weights A; the gradient of "
-                         "the scaled scores τ S is A ⊙ (dA - rowsum(dA ⊙ A))."),
-        (np.sum(softmax_backward(a, da, axis=0) * S),
+        (-np.sum(da * S) / tau**2, "the softmax backward is missing: dO Vᵀ is the gradient of the weights A; the "
+                                   "gradient of the scaled scores S / τ is A ⊙ (dA - rowsum(dA ⊙ A))."),
+        (-np.sum(softmax_backward(a, da, axis=0) * S) / tau**2,
          "the softmax backward sums over the wrong axis: the softmax ran along each row (over the keys), so "
          "the sum in A ⊙ (dA - Σ_j dA_ij A_ij) runs along each row too (axis=-1)."),
-        (np.sum(ds_scaled * tau * S), "multiply by the raw scores S, not by τ S: ∂(τ s_ij)/∂τ = s_ij."),
-        (np.sum(ds_scaled), "every score uses τ with its own factor s_ij: dτ = Σ_ij ds̃_ij s_ij "
+        (-right, "the sign is wrong: s_ij / τ falls as τ grows, ∂(s_ij / τ)/∂τ = -s_ij / τ²."),
+        (np.sum(ds_scaled * S) / tau, "∂(s_ij / τ)/∂τ is -s_ij / τ², not s_ij / τ: differentiate 1/τ."),
+        (np.sum(ds_scaled * S), "τ divides the scores, so ∂(s_ij / τ)/∂τ = -s_ij / τ²; s_ij alone is the factor "
+                                "for a τ that multiplies them."),
+        (np.sum(ds_scaled), "every score uses τ with its own factor -s_ij / τ²: dτ = -Σ_ij ds̃_ij s_ij / τ² "
                             "(without the factor the sum is 0, since each row of ds̃ sums to 0)."),
     ]
-    return compare(answer, np.sum(ds_scaled * S), mistakes, what="your dτ",
-                   right="dτ = Σ ds̃ ⊙ S, through the softmax backward.")
+    return compare(answer, right, mistakes, what="your dτ",
+                   right="dτ = -Σ ds̃ ⊙ S / τ², through the softmax backward.")
 
 
 def check_causal_gradient_rows(rows):
