@@ -226,10 +226,12 @@ def init_params(d_model, num_heads, *, d_k=None, d_v=None, bias=True, seed=0, dt
 
 
 def _project(x, w, b):
-    y = x @ w  # (..., n, d_in) @ (d_in, d_out) -> (..., n, d_out)
+    dtype = np.result_type(x, w)
+    work = working_dtype(dtype)  # float16: multiplied and summed in float32, the result rounded once
+    y = x.astype(work, copy=False) @ w.astype(work, copy=False)  # (..., n, d_in) @ (d_in, d_out) -> (..., n, d_out)
     if b is not None:
         y += b  # in place: y is a fresh array
-    return y
+    return y.astype(dtype, copy=False)
 
 
 def mask_for_every_head(mask):

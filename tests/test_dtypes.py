@@ -330,3 +330,18 @@ def test_float16_attention_at_large_scores_is_as_accurate_as_float32_allows(rng)
     np.testing.assert_allclose(w.astype(np.float64), ref_w, rtol=u16, atol=4 * 32 * u32 * score + u16 / 2 * 2 ** -14)
     np.testing.assert_allclose(out.astype(np.float64), ref_out, rtol=u16,
                                atol=(4 * (32 * score + terms) * u32 + u16) * v_max)
+
+
+def test_float16_projections_accumulate_in_float32():
+    # +8000 on 32 features and -8000 on 32 others, every weight 0.5: the exact projections are 0, but a float16
+    # running sum would pass 32 · 8000 · 0.5 = 128000 > 65504 on the way. Decoding (which projects with the
+    # layer's own steps outside multihead_attention) and the output projection must give exactly 0. (numpy's
+    # float16 matmul itself sums in float32, so this pins the behaviour rather than catching a present bug.)
+    half = np.full((64, 64), 0.5, np.float16)
+    params = M.MHAParams(4, half, half, half, half)
+    x = np.concatenate([np.full(32, 8000.0), np.full(32, -8000.0)]).astype(np.float16)[None]  # (s, d_model) = (1, 64)
+    with np.errstate(over="raise", invalid="raise"):
+        y, cache = M.inference.decode_step(x, params)
+        mixed = M.multihead.mix_heads(x, params)
+    assert y.dtype == cache.k.dtype == cache.v.dtype == mixed.dtype == np.float16
+    assert np.all(y == 0) and np.all(cache.k == 0) and np.all(cache.v == 0) and np.all(mixed == 0)
