@@ -234,6 +234,11 @@ def test_float16_scores_beyond_its_range_give_what_torch_gives(value, d_k):
         np.testing.assert_array_equal(out, ref, err_msg=name)
     assert w.dtype == np.float16
     np.testing.assert_array_equal(w, np.float16(1 / 23))  # 23 equal scores: uniform weights, rounded once
+    kv = x[:, :8]  # grouped-query attention: 8 key/value heads shared by the 32 query heads
+    with np.errstate(over="raise", invalid="raise"):
+        out_gqa, _ = M.inference.grouped_query_attention(x, kv, kv)
+    assert out_gqa.dtype == np.float16
+    np.testing.assert_array_equal(out_gqa, ref)
 
 
 @pytest.mark.parametrize("m", [66_000, 200_000])
