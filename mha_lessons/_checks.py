@@ -190,7 +190,10 @@ def check_attention_inputs(q, k, v, mask):
 
 
 def check_attention_bias(q, k, v, bias):
-    """``bias`` checked against checked q (..., n, d_k), k (..., m, d_k), v (..., m, d_v): it must broadcast to (..., n, m)."""
+    """``bias`` checked against checked q (..., n, d_k), k (..., m, d_k) and v (..., m, d_v).
+
+    It must broadcast to the scores' shape (..., n, m).
+    """
     if bias is None:
         return None
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])

@@ -411,7 +411,7 @@ def params_from_torch(module):
     if module._qkv_same_embed_dim:
         w_in = to_numpy(module.in_proj_weight)  # (3 d_model, d_model), used by torch as x @ w_in.T
         w_q, w_k, w_v = (w_in[i * d_model:(i + 1) * d_model].T for i in range(3))  # each (d_model, d_model)
-    else:  # (d_model, d_model), (d_model, kdim), (d_model, vdim) -> transposed: (d_model, d_model), (kdim, ...), (vdim, ...)
+    else:  # three matrices, transposed: (d_model, d_model), (d_model, kdim), (d_model, vdim) -> (kdim, d_model), ...
         w_q, w_k, w_v = (to_numpy(w).T for w in (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight))
     w_o = to_numpy(module.out_proj.weight).T
     b_q = b_k = b_v = b_o = None

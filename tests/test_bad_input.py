@@ -211,7 +211,8 @@ BAD = {
     ),
     # additive score biases
     "attention bias of the wrong shape": (
-        lambda: M.scaled_dot_product_attention(np.ones((3, 4)), np.ones((5, 4)), np.ones((5, 2)), bias=np.zeros((3, 4))),
+        lambda: M.scaled_dot_product_attention(np.ones((3, 4)), np.ones((5, 4)), np.ones((5, 2)),
+                                               bias=np.zeros((3, 4))),
         r"bias of shape \(3, 4\) does not broadcast to the scores' shape \(3, 5\)",
     ),
     "attention bias of +inf": (
