@@ -23,6 +23,23 @@ def as_float_array(x, name):
     raise ValueError(f"{name} must hold real numbers, got an array of dtype {arr.dtype}")
 
 
+def working_dtype(dtype):
+    """The floating type the arithmetic runs in: float32 for float16 input, the type itself otherwise.
+
+    float16 holds numbers only up to 65504 and about 3 decimal digits: a score of 256 · 256 · 80 / √80,
+    or a sum of 66,000 ones, is already infinite. Libraries that take half-precision input (cuBLAS,
+    PyTorch, FlashAttention) therefore multiply and add in float32 and round only the result to float16;
+    the package does the same.
+
+    Examples
+    --------
+    >>> working_dtype(np.float16), working_dtype(np.float32), working_dtype(np.float64)
+    (dtype('float32'), dtype('float32'), dtype('float64'))
+    """
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
 def require_ndim(arr, name, min_ndim, layout):
     if arr.ndim < min_ndim:
         raise ValueError(
@@ -121,6 +138,25 @@ def check_mask(mask, target_shape):
     return mask
 
 
+def check_bias(bias, target_shape):
+    """Return an additive score ``bias`` as a float array that broadcasts to ``target_shape``.
+
+    -inf is allowed (that pair gets weight 0, as a False in a mask); +inf is not (it would
+    make its row NaN).
+    """
+    bias = as_float_array(bias, "bias")
+    try:
+        shape = np.broadcast_shapes(bias.shape, target_shape)
+    except ValueError:
+        shape = None
+    if shape != tuple(target_shape):
+        raise ValueError(f"bias of shape {bias.shape} does not broadcast to the scores' shape {tuple(target_shape)}")
+    if np.any(np.isposinf(bias)):
+        raise ValueError(f"bias of shape {bias.shape} holds +inf; a bias may be -inf (never attend) but not +inf, "
+                         f"which would make the whole row NaN")
+    return bias
+
+
 def check_attention_inputs(q, k, v, mask):
     """Validate the inputs of scaled dot-product attention; return them as float arrays.
 
@@ -153,18 +189,35 @@ def check_attention_inputs(q, k, v, mask):
     return q, k, v, mask
 
 
-def check_layer_arrays(x_q, x_k, x_v, mask, d_model, expecting):
+def check_attention_bias(q, k, v, bias):
+    """``bias`` checked against checked q (..., n, d_k), k (..., m, d_k) and v (..., m, d_v).
+
+    It must broadcast to the scores' shape (..., n, m).
+    """
+    if bias is None:
+        return None
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    return check_bias(bias, batch + (q.shape[-2], k.shape[-2]))
+
+
+def check_layer_arrays(x_q, x_k, x_v, mask, d_model, expecting, *, kdim=None, vdim=None):
     """Validate a layer's token arrays and mask against a width d_model; return the arrays as floats.
 
     ``expecting`` completes the message for a wrong width: "x_q has shape ..., but {expecting} d_model = ...".
+    Keys and values are ``kdim`` and ``vdim`` wide (each d_model unless given).
     """
     arrays = []
-    for name, x, axis in (("x_q", x_q, "n"), ("x_k", x_k, "m"), ("x_v", x_v, "m")):
+    kdim = d_model if kdim is None else kdim
+    vdim = d_model if vdim is None else vdim
+    widths = (("x_q", x_q, "n", "d_model", d_model),  # a width equal to d_model is called d_model
+              ("x_k", x_k, "m", "d_model" if kdim == d_model else "kdim", kdim),
+              ("x_v", x_v, "m", "d_model" if vdim == d_model else "vdim", vdim))
+    for name, x, axis, width_name, width in widths:
         x = as_float_array(x, name)
-        require_ndim(x, name, 2, f"(..., {axis}, d_model)")
+        require_ndim(x, name, 2, f"(..., {axis}, {width_name})")
         require_nonempty(x.shape[-2], f"{name} of shape {x.shape}", axis)
-        if x.shape[-1] != d_model:
-            raise ValueError(f"{name} has shape {x.shape}, but {expecting} d_model = {d_model} features")
+        if x.shape[-1] != width:
+            raise ValueError(f"{name} has shape {x.shape}, but {expecting} {width_name} = {width} features")
         arrays.append(x)
     x_q, x_k, x_v = arrays
     if x_k.shape[-2] != x_v.shape[-2]:

@@ -16,7 +16,8 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_attention_inputs, is_int, require_positive_int, require_softmax_axis
+from ._checks import (as_float_array, check_attention_bias, check_attention_inputs, is_int, require_positive_int,
+                      require_softmax_axis, working_dtype)
 
 
 def softmax(x, axis=-1):
@@ -30,6 +31,9 @@ def softmax(x, axis=-1):
     ----------
     x : array_like of real numbers, any shape
         Float16/32/64 input keeps its dtype; integers are converted to float64.
+        Float16 is computed in float32 and only the result rounded to float16
+        (``_checks.working_dtype``): a float16 sum of 65,520 or more terms of
+        about 1 would be infinite.
     axis : int
         The axis whose entries are turned into probabilities.
 
@@ -55,7 +59,8 @@ def softmax(x, axis=-1):
     """
     x = as_float_array(x, "x")
     require_softmax_axis(x, axis)
-    return softmax_inplace(x.copy(), axis)
+    work = x.astype(working_dtype(x.dtype))  # a copy, float32 for float16 input
+    return softmax_inplace(work, axis).astype(x.dtype, copy=False)
 
 
 def softmax_inplace(x, axis=-1):
@@ -163,8 +168,8 @@ def padding_mask(lengths, m):
     return (np.arange(m) < lengths[:, None])[:, None, :]  # (B, m) -> (B, 1, m)
 
 
-def scaled_dot_product_attention(q, k, v, mask=None):
-    """softmax(q kᵀ / √d_k) v, over any leading batch dimensions.
+def scaled_dot_product_attention(q, k, v, mask=None, bias=None):
+    """softmax(q kᵀ / √d_k + bias) v, over any leading batch dimensions.
 
     Parameters
     ----------
@@ -176,6 +181,12 @@ def scaled_dot_product_attention(q, k, v, mask=None):
         attends to nothing: its weights are all 0 and its output is the zero
         vector (a plain softmax gives NaN, and so does torch.nn.MultiheadAttention
         with its default need_weights=True).
+    bias : array_like of real numbers, broadcastable to (..., n, m), optional
+        Added to the scaled scores before the softmax: ALiBi's distance penalties,
+        T5's relative position bias and PyTorch's float ``attn_mask`` are all such
+        a bias. -inf forbids a pair (as False in ``mask``); +inf is refused. It is
+        added in the arithmetic's type (float32 for float16 input, see below), so
+        it does not change the result's dtype.
 
     Returns
     -------
@@ -186,7 +197,11 @@ def scaled_dot_product_attention(q, k, v, mask=None):
         not repeated here.
 
     The result has the floating dtype of the inputs (float32 stays float32);
-    integer input is converted to float64.
+    integer input is converted to float64. Float16 input is computed in float32,
+    as cuBLAS, PyTorch and FlashAttention do, and only the results are rounded
+    to float16: in float16 itself a score of 256 · 256 · 80 / √80 (q = k = 256
+    everywhere, d_k = 80) overflows to inf, and so does the softmax's sum of
+    66,000 equal weights.
 
     NaN reaches exactly what depends on it: NaN in query i makes row i of
     ``out`` and ``weights`` NaN; NaN in key j makes NaN every query that may
@@ -210,12 +225,21 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     >>> out, w = scaled_dot_product_attention(q, k, v, causal_mask(3, 5))   # B = 4, n = 3, m = 5
     >>> out.shape, w.shape
     ((4, 3, 2), (4, 3, 5))
+    >>> alibi = -0.5 * np.abs(np.arange(3)[:, None] - np.arange(5))   # (n, m): a penalty growing with distance
+    >>> scaled_dot_product_attention(q, k, v, bias=alibi)[1].shape
+    (4, 3, 5)
     """
     q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    bias = check_attention_bias(q, k, v, bias)
+    dtype = np.result_type(q, k, v)
+    work = working_dtype(dtype)  # float32 for float16 input, else the type itself (no copy)
+    q, k, v = (a.astype(work, copy=False) for a in (q, k, v))
     d_k = q.shape[-1]
     # steps 1 and 2: scores of the scaled queries, (q / √d_k) kᵀ = q kᵀ / √d_k.
     # Scaling q costs n·d_k multiplications, scaling the scores would cost n·m.
     scores = (q * (1 / math.sqrt(d_k))) @ np.swapaxes(k, -1, -2)  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    if bias is not None:  # the additive bias, broadcast: it may carry batch axes that q and k lack
+        scores = scores + bias.astype(work, copy=False)  # (..., n, m)
     if mask is not None:  # forbidden pairs get score -inf, so weight exactly 0
         full = np.broadcast_shapes(scores.shape, mask.shape)
         if full != scores.shape:  # the mask has batch axes that q and k lack
@@ -225,4 +249,4 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     weights = softmax_inplace(scores, axis=-1)  # (..., n, m)
     # step 4: weighted sum of the values
     out = weights @ v  # (..., n, m) @ (..., m, d_v) -> (..., n, d_v)
-    return out, weights
+    return out.astype(dtype, copy=False), weights.astype(dtype, copy=False)  # float16 in, float16 out

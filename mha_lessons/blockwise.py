@@ -30,7 +30,8 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_attention_inputs, is_int, require_softmax_axis
+from ._checks import (as_float_array, check_attention_bias, check_attention_inputs, is_int, require_softmax_axis,
+                      working_dtype)
 
 
 def _check_block(value, name):
@@ -66,6 +67,7 @@ def online_softmax_steps(x, block_size):
         Running maximum, eq-ch7-running-max: the largest entry of ``x[..., :stop]``.
     l : ndarray, (..., 1)
         Running sum, eq-ch7-running-sum: ``sum(exp(x[..., :stop] - m))``.
+        Both are float32 for float16 input: a float16 sum of 65,520 ones is infinite.
 
     Examples
     --------
@@ -78,8 +80,9 @@ def online_softmax_steps(x, block_size):
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"x of shape {x.shape} has no entries along its last axis; the softmax needs at least one")
     block_size = _check_block(block_size, "block_size")
-    m = np.full(x.shape[:-1] + (1,), -np.inf, dtype=x.dtype)  # (..., 1) nothing seen yet
-    l = np.zeros(x.shape[:-1] + (1,), dtype=x.dtype)  # (..., 1)
+    dtype = working_dtype(x.dtype)  # float32 for float16 input
+    m = np.full(x.shape[:-1] + (1,), -np.inf, dtype=dtype)  # (..., 1) nothing seen yet
+    l = np.zeros(x.shape[:-1] + (1,), dtype=dtype)  # (..., 1)
     for start in range(0, x.shape[-1], block_size):
         block = x[..., start:start + block_size]  # (..., b)
         m_new = np.maximum(m, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
@@ -109,6 +112,7 @@ def online_softmax(x, block_size=128, axis=-1):
     -------
     ndarray, same shape and floating dtype as ``x``
         Sums to 1 along ``axis``; a slice of all -inf (fully masked) gives zeros, as ``M.softmax``.
+        Float16 is computed in float32 and the result rounded to float16, as ``M.softmax`` does.
 
     Examples
     --------
@@ -121,7 +125,8 @@ def online_softmax(x, block_size=128, axis=-1):
     for _, m, l in online_softmax_steps(rows, block_size):
         pass  # the state after the last block
     l[l == 0] = 1  # only all -inf rows sum to 0; their exp(-inf) = 0 entries stay 0
-    return np.moveaxis(np.exp(rows - shift_for_exp(m)) / l, -1, axis)  # eq-ch7-final, back to x's layout
+    weights = np.exp(rows - shift_for_exp(m)) / l  # eq-ch7-final, in m's type (float32 for float16 input)
+    return np.moveaxis(weights.astype(x.dtype, copy=False), -1, axis)  # back to x's type and layout
 
 
 def _mask_tile(mask, rows, cols):
@@ -131,6 +136,12 @@ def _mask_tile(mask, rows, cols):
     if mask.shape[-1] != 1:
         mask = mask[..., cols]
     return mask
+
+
+def _add_bias_tile(scores, bias, rows, cols):
+    """Add to a (..., t, b) tile of scores, in place, the part of the score bias that covers it."""
+    if bias is not None:
+        scores += _mask_tile(bias, rows, cols)  # the same slicing as a mask's: (..., t or 1, b or 1)
 
 
 def _block_forbidden(scores, mask, rows, cols, causal):
@@ -153,7 +164,15 @@ def _check_blockwise_inputs(q, k, v, mask, block_size, query_block):
     return q, k, v, mask, block_size, tile
 
 
-def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False):
+def _check_blockwise_bias(q, k, v, bias, dtype):
+    """The score bias checked against q, k, v, with at least its query and key axes, in the arithmetic's ``dtype``."""
+    bias = check_attention_bias(q, k, v, bias)
+    if bias is None:
+        return None
+    return bias.reshape((1,) * max(0, 2 - bias.ndim) + bias.shape).astype(dtype, copy=False)  # -> (..., n or 1, m or 1)
+
+
+def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False, bias=None):
     """softmax(q kᵀ / √d_k) v computed over blocks of keys, never holding the (..., n, m) weights.
 
     The output of ``blockwise_attention_with_lse``, which documents the arguments.
@@ -169,10 +188,11 @@ def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None,
     ((2, 5, 3), True)
     """
     return blockwise_attention_with_lse(q, k, v, mask, block_size=block_size, query_block=query_block,
-                                        causal=causal)[0]
+                                        causal=causal, bias=bias)[0]
 
 
-def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False):
+def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False,
+                                 bias=None):
     """Block-wise attention (``blockwise_attention``) and the log-sum-exp of each query's scores.
 
     The log-sum-exp (eq-ch7-lse) is what a backward pass keeps instead of the weights, from which
@@ -191,14 +211,18 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
         ``mask`` if both are given), computed tile by tile; key blocks entirely in the future of a
         query tile are skipped, never read (so, unlike in the plain version, a NaN in such a value
         does not reach that tile's outputs).
+    bias : array_like, broadcastable to (..., n, m), optional
+        The additive score bias of ``M.scaled_dot_product_attention``, added tile by tile.
 
     Returns
     -------
     out : ndarray, (..., n, d_v)
-        Equal to ``M.scaled_dot_product_attention(q, k, v, mask)[0]`` up to rounding, with the
-        same floating dtype (float32 stays float32).
+        Equal to ``M.scaled_dot_product_attention(q, k, v, mask, bias)[0]`` up to rounding, with
+        the same floating dtype (float32 stays float32; float16 is accumulated in float32 and
+        rounded at the end).
     lse : ndarray, (..., n)
-        log Σ_j exp(scaled, masked score); -inf for a query that sees nothing.
+        log Σ_j exp(scaled, masked score); -inf for a query that sees nothing. In the arithmetic's
+        type: float32 for float16 input (as FlashAttention keeps it), where it would overflow.
 
     Examples
     --------
@@ -213,7 +237,10 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    dtype = np.result_type(q, k, v)
+    result = np.result_type(q, k, v)
+    dtype = working_dtype(result)  # float16 is accumulated in float32
+    bias = _check_blockwise_bias(q, k, v, bias, dtype)
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
     q = q * (1 / math.sqrt(d_k))  # (..., n, d_k): scale the queries, as chapter 1 does (a Python float: no upcast)
     kt = np.swapaxes(k, -1, -2)  # (..., m, d_k) -> (..., d_k, m), a view
     out = np.empty(batch + (n, d_v), dtype=dtype)
@@ -233,6 +260,7 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
             full = batch + s.shape[-2:]
             if s.shape != full:  # v (or the mask) has batch axes that q and k lack
                 s = np.broadcast_to(s, full).copy()  # (..., t, b) -> (batch, t, b)
+            _add_bias_tile(s, bias, rows, cols)
             _block_forbidden(s, mask, rows, cols, causal)  # forbidden pairs: score -inf, weight 0
             m_new = np.maximum(m_run, s.max(axis=-1, keepdims=True))  # eq-ch7-running-max, (..., t, 1)
             shift = shift_for_exp(m_new)  # m_new, or 0 for rows that have seen only masked keys
@@ -249,7 +277,7 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
         out[..., rows, :] = acc / l_safe  # eq-ch7-final
         with np.errstate(divide="ignore"):  # log(0) = -inf for a row that saw nothing
             lse[..., rows] = (m_run + np.log(l_run))[..., 0]  # eq-ch7-lse, (..., t, 1) -> (..., t)
-    return out, lse
+    return out.astype(result, copy=False), lse
 
 
 def _sum_to_batch(grad, shape):
@@ -261,7 +289,7 @@ def _sum_to_batch(grad, shape):
 
 
 def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_size=128, query_block=None,
-                                 causal=False):
+                                 causal=False, bias=None):
     """Gradients of ``blockwise_attention`` with respect to q, k and v, tile by tile, without the (n, m) weights.
 
     The backward of chapter 5 needs the weights A and, for the softmax, the row sums
@@ -275,8 +303,8 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
 
     Parameters
     ----------
-    q, k, v, mask, block_size, query_block, causal
-        As given to ``blockwise_attention`` (the mask and ``causal`` must be the same).
+    q, k, v, mask, block_size, query_block, causal, bias
+        As given to ``blockwise_attention`` (the mask, ``causal`` and the bias must be the same).
     out : array_like, (..., n, d_v)
         The forward's output.
     lse : array_like, (..., n)
@@ -290,6 +318,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
         Equal to ``grads.sdpa_backward(q, k, v, d_out, mask)`` up to rounding. An input broadcast
         over batch dimensions receives the sum over every place it was used; a query that sees
         nothing gets zero gradient, and so do the keys and values only it could see.
+        Float16 is computed in float32 and the gradients rounded to float16.
 
     Examples
     --------
@@ -306,7 +335,9 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    dtype = np.result_type(q, k, v)
+    result = np.result_type(q, k, v)
+    dtype = working_dtype(result)  # float16 is accumulated in float32
+    bias = _check_blockwise_bias(q, k, v, bias, dtype)
     expected = {"out": batch + (n, d_v), "lse": batch + (n,), "d_out": batch + (n, d_v)}
     given = {}
     for name, array in (("out", out), ("lse", lse), ("d_out", d_out)):
@@ -315,6 +346,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
             raise ValueError(f"{name} has shape {given[name].shape}, but q {q.shape}, k {k.shape} and v {v.shape} "
                              f"give the forward's {name} the shape {expected[name]}")
     out, lse, d_out = given["out"], given["lse"], given["d_out"]
+    q, k, v, out, d_out = (a.astype(working_dtype(a.dtype), copy=False) for a in (q, k, v, out, d_out))
     scale = 1 / math.sqrt(d_k)  # a Python float: float32 stays float32
     qf = np.broadcast_to(q, batch + (n, d_k))  # (..., n, d_k), a view with the full batch axes
     kf = np.broadcast_to(k, batch + (m_keys, d_k))  # (..., m, d_k)
@@ -334,6 +366,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
                 continue  # every key of this block lies in the future of every query of the tile
             # the forward's scores of this tile, (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
             p = (qf[..., rows, :] * scale) @ np.swapaxes(k_blk, -1, -2)
+            _add_bias_tile(p, bias, rows, cols)
             _block_forbidden(p, mask, rows, cols, causal)  # forbidden pairs: score -inf, weight 0
             p -= lse_col[..., rows, :]
             np.exp(p, out=p)  # eq-ch7-recompute: p_ij = exp(s_ij - lse_i), the weights of this tile, (..., t, b)
@@ -346,4 +379,4 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
             dq[..., rows, :] += ds @ k_blk  # eq-ch5-dq: (..., t, b) @ (..., b, d_k)
             dk[..., cols, :] += np.swapaxes(ds, -1, -2) @ qf[..., rows, :]  # eq-ch5-dk: (..., b, t) @ (..., t, d_k)
             del p, ds  # free this tile before the next one exists
-    return _sum_to_batch(dq, q.shape), _sum_to_batch(dk, k.shape), _sum_to_batch(dv, v.shape)
+    return tuple(_sum_to_batch(g, x.shape).astype(result, copy=False) for g, x in ((dq, q), (dk, k), (dv, v)))

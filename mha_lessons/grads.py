@@ -24,9 +24,10 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_attention_inputs
+from ._checks import as_float_array, check_attention_bias, check_attention_inputs, working_dtype
 from .attention import scaled_dot_product_attention
-from .multihead import MHAParams, _check_layer_inputs, attend_heads, combine_heads, params_from_torch, split_heads
+from .multihead import (MHAParams, _check_layer_inputs, attend_heads, check_layer_bias, combine_heads, layer_dtypes,
+                        params_from_torch, split_heads)
 
 
 def _check_same_shape(grad, grad_name, shape, what):
@@ -83,12 +84,14 @@ def softmax_backward(weights, d_weights, axis=-1):
     """
     a = as_float_array(weights, "weights")
     da = _check_same_shape(d_weights, "d_weights", a.shape, "weights")
+    dtype = np.result_type(a, da)
+    a, da = a.astype(working_dtype(dtype), copy=False), da.astype(working_dtype(dtype), copy=False)  # float16: float32
     # eq-ch5-softmax-backward: ds = a ⊙ (da − rowsum(da ⊙ a))
-    return a * (da - np.sum(da * a, axis=axis, keepdims=True))
+    return (a * (da - np.sum(da * a, axis=axis, keepdims=True))).astype(dtype, copy=False)
 
 
-def sdpa_backward(q, k, v, d_out, mask=None):
-    """Gradients of ``scaled_dot_product_attention(q, k, v, mask)`` with respect to q, k and v.
+def sdpa_backward(q, k, v, d_out, mask=None, bias=None, *, bias_grad=False):
+    """Gradients of ``scaled_dot_product_attention(q, k, v, mask, bias)`` with respect to q, k and v (and the bias).
 
     The forward's steps are undone in reverse order, 4 to 1; the attention
     weights are recomputed first (the backward needs them).
@@ -103,6 +106,12 @@ def sdpa_backward(q, k, v, d_out, mask=None):
     mask : array_like of bool, broadcastable to (..., n, m), optional
         As in the forward. Masked pairs get no gradient; a fully masked query
         gets zero gradient.
+    bias : array_like, broadcastable to (..., n, m), optional
+        The additive score bias of the forward.
+    bias_grad : bool, keyword-only
+        Also return the gradient of the bias. The bias is added to the scaled
+        scores, so its gradient is theirs, dS̃ (eq-ch5-softmax-backward), summed
+        over the axes along which the bias was broadcast.
 
     Returns
     -------
@@ -111,6 +120,11 @@ def sdpa_backward(q, k, v, d_out, mask=None):
     dv : ndarray, shape of v
         An input broadcast over batch dimensions receives the sum of the
         gradients of every place it was used.
+    d_bias : ndarray, shape of bias, only with ``bias_grad=True``
+        (the shape of the scores, (..., n, m), when no bias was given).
+
+    Float16 input is computed in float32, as in the forward, and the gradients
+    rounded to float16.
 
     Examples
     --------
@@ -127,9 +141,14 @@ def sdpa_backward(q, k, v, d_out, mask=None):
     [(4, 2, 3, 8), (4, 2, 5, 8), (4, 2, 5, 6)]
     """
     q, k, v, mask = check_attention_inputs(q, k, v, mask)
-    out, a = scaled_dot_product_attention(q, k, v, mask)  # forward again: a (..., n, m)
+    bias = check_attention_bias(q, k, v, bias)
+    dtype = np.result_type(q, k, v)
+    q, k, v = (x.astype(working_dtype(dtype), copy=False) for x in (q, k, v))  # float16: float32
+    out, a = scaled_dot_product_attention(q, k, v, mask, bias)  # forward again: a (..., n, m)
     a = np.broadcast_to(a, out.shape[:-1] + a.shape[-1:])  # with the batch axes only v has, as d_out has them
     d_out = _check_same_shape(d_out, "d_out", out.shape, "the attention output")
+    dtype = np.result_type(dtype, d_out)  # the gradients' type: no input is downcast
+    d_out = d_out.astype(working_dtype(d_out.dtype), copy=False)  # float16: float32
     d_k = q.shape[-1]
     # backward of step 4, O = A V
     dv = np.swapaxes(a, -1, -2) @ d_out  # eq-ch5-dv: dV = Aᵀ dO, (..., m, n) @ (..., n, d_v) -> (..., m, d_v)
@@ -141,7 +160,11 @@ def sdpa_backward(q, k, v, d_out, mask=None):
     # backward of step 1, S = Q Kᵀ
     dq = ds @ k  # eq-ch5-dq: dQ = dS K, (..., n, m) @ (..., m, d_k) -> (..., n, d_k)
     dk = np.swapaxes(ds, -1, -2) @ q  # eq-ch5-dk: dK = dSᵀ Q, (..., m, n) @ (..., n, d_k) -> (..., m, d_k)
-    return _sum_to_shape(dq, q.shape), _sum_to_shape(dk, k.shape), _sum_to_shape(dv, v.shape)
+    grads = [_sum_to_shape(g, x.shape).astype(dtype, copy=False) for g, x in ((dq, q), (dk, k), (dv, v))]
+    if bias_grad:  # the bias is added to the scaled scores: its gradient is ds_scaled, summed where it was broadcast
+        grads.append(ds_scaled.astype(dtype, copy=False) if bias is None else _sum_to_shape(ds_scaled, bias.shape)
+                     .astype(dtype, copy=False))
+    return tuple(grads)
 
 
 # ---------------------------------------------------------------- multihead.py
@@ -188,8 +211,8 @@ def _project_backward(x, w, dy, has_bias):
     return dx, dw, db
 
 
-def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
-    """Gradients of ``multihead_attention(x_q, x_k, x_v, params, mask)`` with respect to inputs and parameters.
+def mha_backward(x_q, x_k, x_v, params, d_y, mask=None, bias=None, *, bias_grad=False):
+    """Gradients of ``multihead_attention(x_q, x_k, x_v, params, mask, bias)`` with respect to inputs and parameters.
 
     The forward's steps are undone in reverse order, 5 to 1, after the forward
     intermediates are recomputed.
@@ -197,11 +220,16 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
     Parameters
     ----------
     x_q : array_like, (..., n, d_model)
-    x_k, x_v : array_like, (..., m, d_model)
+    x_k : array_like, (..., m, kdim)
+    x_v : array_like, (..., m, vdim)
     params : MHAParams
     d_y : array_like, (..., n, d_model)
         ∂L/∂y, the gradient of the layer's output.
     mask : array_like of bool, broadcastable to (..., n, m), optional
+    bias : array_like, broadcastable to (..., h, n, m), optional
+        The additive score bias of the forward.
+    bias_grad : bool, keyword-only
+        Also return the bias's gradient (``sdpa_backward``), of the bias's shape.
 
     Returns
     -------
@@ -212,6 +240,9 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
         Gradients of w_q, w_k, w_v, w_o (used as ``x @ w``) and of the biases,
         summed over the batch dimensions; a bias that is ``None`` in ``params``
         has gradient ``None``.
+    d_bias : ndarray, only with ``bias_grad=True``
+
+    Float16 is computed in float32 and the gradients rounded to float16, as in the forward.
 
     Examples
     --------
@@ -227,15 +258,22 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
     ((5, 3, 4), (4, 4))
     """
     x_q, x_k, x_v, mask = _check_layer_inputs(x_q, x_k, x_v, params, mask)
+    bias = check_layer_bias(x_q, x_k, x_v, params, bias)
+    dtype, work = layer_dtypes(x_q, x_k, x_v, params)
+    if work != dtype:  # float16: computed in float32, the gradients rounded at the end
+        x_q, x_k, x_v, params = x_q.astype(work), x_k.astype(work), x_v.astype(work), params.astype(work)
     h = params.num_heads
-    heads = attend_heads(x_q, x_k, x_v, params, mask)  # the forward's steps 1-4 again, keeping what we need
+    heads = attend_heads(x_q, x_k, x_v, params, mask, bias)  # the forward's steps 1-4 again, keeping what we need
     d_y = _check_same_shape(d_y, "d_y", heads.concat.shape[:-1] + (params.d_model,), "the layer's output")
+    d_y = d_y.astype(np.result_type(d_y, work), copy=False)
     # backward of step 5, the output projection y = concat @ w_o + b_o
     d_concat, dw_o, db_o = _project_backward(heads.concat, params.w_o, d_y, params.b_o is not None)  # eq-ch5-proj
     # backward of step 4, combine heads
     d_out = combine_heads_backward(d_concat, h)  # eq-ch5-heads: (..., n, h d_v) -> (..., h, n, d_v)
     # backward of step 3, attention in every head (sdpa steps 4 to 1)
-    dq, dk, dv = sdpa_backward(heads.q, heads.k, heads.v, d_out, heads.mask)  # eq-ch5-dv to eq-ch5-dk
+    with_bias = {} if heads.bias is None and not bias_grad else {"bias": heads.bias, "bias_grad": bias_grad}
+    dq, dk, dv, *d_bias = sdpa_backward(heads.q, heads.k, heads.v, d_out, heads.mask,
+                                        **with_bias)  # eq-ch5-dv to eq-ch5-dk
     # backward of step 2, split heads
     dq = split_heads_backward(dq)  # eq-ch5-heads: (..., h, n, d_k) -> (..., n, h d_k)
     dk = split_heads_backward(dk)  # (..., h, m, d_k) -> (..., m, h d_k)
@@ -245,7 +283,10 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None):
     dx_k, dw_k, db_k = _project_backward(x_k, params.w_k, dk, params.b_k is not None)  # eq-ch5-proj
     dx_v, dw_v, db_v = _project_backward(x_v, params.w_v, dv, params.b_v is not None)  # eq-ch5-proj
     dparams = MHAParams(h, dw_q, dw_k, dw_v, dw_o, db_q, db_k, db_v, db_o)
-    return dx_q, dx_k, dx_v, dparams
+    if work != dtype:
+        dx_q, dx_k, dx_v, dparams = dx_q.astype(dtype), dx_k.astype(dtype), dx_v.astype(dtype), dparams.astype(dtype)
+        d_bias = [g.astype(dtype) for g in d_bias]
+    return (dx_q, dx_k, dx_v, dparams, *d_bias)
 
 
 def grads_from_torch(module):

@@ -198,6 +198,8 @@ def from_torch_masks(key_padding_mask=None, attn_mask=None, *, num_heads=1):
 
     Float (additive) torch masks are rejected: one that holds only 0 and -inf
     becomes torch's boolean convention with ``attn_mask != 0`` (True where -inf).
+    Any float ``attn_mask`` is a score bias: pass it to ``multihead_attention`` as
+    ``bias=``, an (n, m) one as it is, a (B * h, n, m) one reshaped to (B, h, n, m).
 
     Examples
     --------
@@ -214,7 +216,7 @@ def from_torch_masks(key_padding_mask=None, attn_mask=None, *, num_heads=1):
             raise ValueError(f"torch's key_padding_mask has shape (B, m), got shape {kpm.shape}")
         masks.append(~kpm[:, None, :])  # (B, m) -> (B, 1, m)
     if attn_mask is not None:
-        blocked = _as_bool(attn_mask, "attn_mask", "a float attn_mask is added to the scores; "
+        blocked = _as_bool(attn_mask, "attn_mask", "a float attn_mask is added to the scores (pass it as bias=); "
                            "one that holds only 0 and -inf becomes boolean with attn_mask != 0")
         if blocked.ndim == 3:
             pages = blocked.shape[0]

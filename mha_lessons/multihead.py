@@ -8,9 +8,13 @@ Axis names (as in ``attention.py``):
     d_model   width of a token vector entering and leaving the layer
     d_k       width of one head's queries and keys (d_model / h unless chosen otherwise)
     d_v       width of one head's values (d_model / h unless chosen otherwise)
+    kdim      width of a token vector entering as a key (d_model unless chosen otherwise)
+    vdim      width of a token vector entering as a value (d_model unless chosen otherwise)
 
-Heads may have any width: W_Q and W_K are (d_model, h d_k), W_V is
-(d_model, h d_v) and W_O is (h d_v, d_model). The usual choice, and PyTorch's,
+Heads may have any width: W_Q is (d_model, h d_k), W_K is (kdim, h d_k), W_V is
+(vdim, h d_v) and W_O is (h d_v, d_model). In cross-attention the keys and values
+may come from tokens of another width than the queries (kdim, vdim: PyTorch's
+``kdim``/``vdim``); in self-attention all three widths are d_model. The usual choice, and PyTorch's,
 is d_k = d_v = d_model / h, which makes all four d_model × d_model; T5-11B
 (1024 wide, 128 heads of 128) and Gemma-7B (3072 wide, 16 heads of 256) do not.
 
@@ -21,12 +25,14 @@ torch is imported only inside those two functions.
 """
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from ._checks import as_float_array, check_layer_arrays, check_num_heads, head_widths, require_ndim, require_positive_int
+from ._checks import (as_float_array, check_bias, check_layer_arrays, check_num_heads, head_widths, require_ndim,
+                      require_positive_int, working_dtype)
 from .attention import scaled_dot_product_attention
 
 
@@ -78,9 +84,9 @@ def combine_heads(x):
 class MHAParams:
     """The learnable parameters of one multi-head attention layer.
 
-    ``w_q, w_k`` have shape ``(d_model, h d_k)``, ``w_v`` has shape
-    ``(d_model, h d_v)`` and ``w_o`` has shape ``(h d_v, d_model)``, all used
-    as ``x @ w``; ``b_q, b_k`` have shape ``(h d_k,)``, ``b_v`` ``(h d_v,)``
+    ``w_q`` has shape ``(d_model, h d_k)``, ``w_k`` ``(kdim, h d_k)``, ``w_v``
+    ``(vdim, h d_v)`` and ``w_o`` ``(h d_v, d_model)``, all used as ``x @ w``
+    (kdim = vdim = d_model in self-attention); ``b_q, b_k`` have shape ``(h d_k,)``, ``b_v`` ``(h d_v,)``
     and ``b_o`` ``(d_model,)``, or are ``None`` (no bias). Columns
     ``[i d_k, (i + 1) d_k)`` of ``w_q`` and ``w_k`` (``[i d_v, (i + 1) d_v)``
     of ``w_v``) are head i's projections; rows ``[i d_v, (i + 1) d_v)`` of
@@ -94,6 +100,9 @@ class MHAParams:
     >>> wide = init_params(8, 2, d_k=16, d_v=3)        # heads of any width
     >>> wide.w_q.shape, wide.w_v.shape, wide.w_o.shape
     ((8, 32), (8, 6), (6, 8))
+    >>> cross = init_params(8, 2, kdim=5, vdim=3)      # keys from 5-wide tokens, values from 3-wide ones
+    >>> cross.w_k.shape, cross.w_v.shape, (cross.kdim, cross.vdim)
+    ((5, 8), (3, 8), (5, 3))
     """
 
     num_heads: int
@@ -113,15 +122,16 @@ class MHAParams:
             if value is not None:
                 setattr(self, name, as_float_array(value, name))
         h = self.num_heads
-        for name in ("w_q", "w_v"):  # they fix d_model, h d_k and h d_v
+        for name, rows in (("w_q", "d_model"), ("w_k", "kdim"), ("w_v", "vdim")):  # they fix the widths
             w = getattr(self, name)
             if w.ndim != 2:
-                raise ValueError(f"{name} must be a (d_model, h d) matrix, got shape {w.shape}")
+                raise ValueError(f"{name} must be a ({rows}, h d) matrix, got shape {w.shape}")
             if w.shape[1] % h:
                 raise ValueError(f"{name} has shape {w.shape}: its {w.shape[1]} columns cannot be cut into "
                                  f"num_heads = {h} heads of equal width")
         d_model, hd_k, hd_v = self.w_q.shape[0], self.w_q.shape[1], self.w_v.shape[1]
-        expected = {"w_k": (d_model, hd_k), "w_v": (d_model, hd_v), "w_o": (hd_v, d_model),
+        kdim, vdim = self.w_k.shape[0], self.w_v.shape[0]
+        expected = {"w_k": (kdim, hd_k), "w_o": (hd_v, d_model),
                     "b_q": (hd_k,), "b_k": (hd_k,), "b_v": (hd_v,), "b_o": (d_model,)}
         for name, shape in expected.items():
             value = getattr(self, name)
@@ -132,6 +142,16 @@ class MHAParams:
     @property
     def d_model(self):
         return self.w_q.shape[0]
+
+    @property
+    def kdim(self):
+        """Width of the tokens that enter as keys (the rows of w_k); d_model in self-attention."""
+        return self.w_k.shape[0]
+
+    @property
+    def vdim(self):
+        """Width of the tokens that enter as values (the rows of w_v); d_model in self-attention."""
+        return self.w_v.shape[0]
 
     @property
     def d_k(self):
@@ -150,8 +170,17 @@ class MHAParams:
         names = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")  # not a subclass's other fields
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
+    def astype(self, dtype):
+        """The same parameters as arrays of ``dtype`` (a copy of the same class, its other fields kept).
 
-def init_params(d_model, num_heads, *, d_k=None, d_v=None, bias=True, seed=0, dtype=np.float64):
+        >>> init_params(4, 2).astype(np.float32).w_q.dtype
+        dtype('float32')
+        """
+        return dataclasses.replace(self, **{name: a.astype(dtype) for name, a in self.arrays().items()})
+
+
+def init_params(d_model, num_heads, *, d_k=None, d_v=None, bias=True, seed=0, dtype=np.float64, kdim=None,
+                vdim=None):
     """Random parameters drawn the way ``torch.nn.MultiheadAttention`` draws them.
 
     torch initialises its fused ``(3 d_model, d_model)`` input projection with
@@ -161,6 +190,9 @@ def init_params(d_model, num_heads, *, d_k=None, d_v=None, bias=True, seed=0, dt
     the distributions do not. With other head widths (``d_k``, ``d_v``, which
     torch's layer does not offer) the same rule applies to the wider or narrower
     matrices: a = √(6 / (d_model + h d_k + h d_k + h d_v)), and 1/√(h d_v) for W_O.
+    With keys or values of their own widths (``kdim``, ``vdim``, default d_model)
+    torch keeps three separate matrices and draws each with its own Xavier bound,
+    a = √(6 / (rows + columns)); so does this function.
 
     ``seed`` is an int or a ``numpy.random.Generator``.
 
@@ -175,22 +207,31 @@ def init_params(d_model, num_heads, *, d_k=None, d_v=None, bias=True, seed=0, dt
     (3072, 4096)
     """
     d_k, d_v = head_widths(d_model, num_heads, d_k, d_v)
+    kdim = d_model if kdim is None else kdim
+    vdim = d_model if vdim is None else vdim
+    require_positive_int(kdim, "kdim")
+    require_positive_int(vdim, "vdim")
     h = num_heads
     rng = np.random.default_rng(seed)
-    a_in = math.sqrt(6.0 / (d_model + h * (2 * d_k + d_v)))
+    if kdim == vdim == d_model:  # torch draws one (3 d_model, d_model) matrix and uses its three row blocks transposed
+        bounds = [math.sqrt(6.0 / (d_model + h * (2 * d_k + d_v)))] * 3
+    else:  # torch draws (h d_k, d_model), (h d_k, kdim) and (h d_v, vdim) matrices separately
+        bounds = [math.sqrt(6.0 / (rows + h * width)) for rows, width in ((d_model, d_k), (kdim, d_k), (vdim, d_v))]
     a_out = 1.0 / math.sqrt(h * d_v)
-    # torch draws one (3 d_model, d_model) matrix and uses its three row blocks transposed.
-    w_q, w_k, w_v = (rng.uniform(-a_in, a_in, size=(d_model, h * width)).astype(dtype) for width in (d_k, d_k, d_v))
+    w_q, w_k, w_v = (rng.uniform(-a, a, size=(rows, h * width)).astype(dtype)
+                     for a, rows, width in zip(bounds, (d_model, kdim, vdim), (d_k, d_k, d_v)))
     w_o = rng.uniform(-a_out, a_out, size=(h * d_v, d_model)).astype(dtype)
     biases = [np.zeros(size, dtype=dtype) if bias else None for size in (h * d_k, h * d_k, h * d_v, d_model)]
     return MHAParams(num_heads, w_q, w_k, w_v, w_o, *biases)
 
 
 def _project(x, w, b):
-    y = x @ w  # (..., n, d_in) @ (d_in, d_out) -> (..., n, d_out)
+    dtype = np.result_type(x, w)
+    work = working_dtype(dtype)  # float16: multiplied and summed in float32, the result rounded once
+    y = x.astype(work, copy=False) @ w.astype(work, copy=False)  # (..., n, d_in) @ (d_in, d_out) -> (..., n, d_out)
     if b is not None:
         y += b  # in place: y is a fresh array
-    return y
+    return y.astype(dtype, copy=False)
 
 
 def mask_for_every_head(mask):
@@ -212,7 +253,25 @@ def _check_layer_inputs(x_q, x_k, x_v, params, mask):
     """Validate the inputs of ``multihead_attention``; return the arrays as floats."""
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
-    return check_layer_arrays(x_q, x_k, x_v, mask, params.d_model, "the parameters expect")
+    return check_layer_arrays(x_q, x_k, x_v, mask, params.d_model, "the parameters expect",
+                              kdim=params.kdim, vdim=params.vdim)
+
+
+def check_layer_bias(x_q, x_k, x_v, params, bias):
+    """A layer's score bias checked against checked token arrays: it must broadcast to (..., h, n, m)."""
+    if bias is None:
+        return None
+    batch = np.broadcast_shapes(x_q.shape[:-2], x_k.shape[:-2], x_v.shape[:-2])
+    return check_bias(bias, batch + (params.num_heads, x_q.shape[-2], x_k.shape[-2]))
+
+
+def layer_dtypes(x_q, x_k, x_v, params):
+    """The layer's result type (numpy's common type of inputs and parameters) and the type it computes in.
+
+    They differ only for float16, which is computed in float32 (``_checks.working_dtype``).
+    """
+    dtype = np.result_type(x_q, x_k, x_v, *params.arrays().values())
+    return dtype, working_dtype(dtype)
 
 
 def project_heads(x_q, x_k, x_v, params):
@@ -238,7 +297,8 @@ class Heads:
     """What steps 1 to 4 of the layer compute, kept for the output projection and for the backward pass.
 
     q (..., h, n, d_k), k (..., h, m, d_k), v (..., h, m, d_v): the heads' queries, keys and values;
-    mask (..., 1, n, m) or None; weights (..., h, n, m); concat (..., n, h d_v): the heads' outputs side by side.
+    mask (..., 1, n, m) or None; weights (..., h, n, m); concat (..., n, h d_v): the heads' outputs side by side;
+    bias (broadcastable to (..., h, n, m)) or None: the additive score bias.
     """
 
     q: np.ndarray
@@ -247,9 +307,10 @@ class Heads:
     mask: Optional[np.ndarray]
     weights: np.ndarray
     concat: np.ndarray
+    bias: Optional[np.ndarray] = None
 
 
-def attend_heads(x_q, x_k, x_v, params, mask=None):
+def attend_heads(x_q, x_k, x_v, params, mask=None, bias=None):
     """Steps 1 to 4 of ``multihead_attention`` on checked float arrays: everything before W_O.
 
     The layer (``multihead_attention``), its backward pass (``grads.mha_backward``),
@@ -257,30 +318,39 @@ def attend_heads(x_q, x_k, x_v, params, mask=None):
     same lines.
     """
     q, k, v = project_heads(x_q, x_k, x_v, params)  # steps 1-2: (..., h, n, d_k), (..., h, m, d_k), (..., h, m, d_v)
-    # step 3: every head attends on its own; one mask serves all heads
+    # step 3: every head attends on its own; one mask serves all heads, the bias has its own head axis
     mask = mask_for_every_head(mask)  # (..., n, m) -> (..., 1, n, m)
-    out, weights = scaled_dot_product_attention(q, k, v, mask)  # out (..., h, n, d_v), weights (..., h, n, m)
+    out, weights = scaled_dot_product_attention(q, k, v, mask, bias)  # out (..., h, n, d_v), weights (..., h, n, m)
     # step 4: put the heads side by side again
     concat = combine_heads(out)  # (..., h, n, d_v) -> (..., n, h d_v)
-    return Heads(q, k, v, mask, weights, concat)
+    return Heads(q, k, v, mask, weights, concat, bias)
 
 
-def multihead_attention(x_q, x_k, x_v, params, mask=None):
+def multihead_attention(x_q, x_k, x_v, params, mask=None, bias=None):
     """Multi-head attention: h scaled dot-product attentions on slices of learned projections.
 
     Parameters
     ----------
     x_q : array_like, (..., n, d_model)
         The tokens that ask (queries).
-    x_k, x_v : array_like, (..., m, d_model)
-        The tokens that are looked at (keys) and read from (values).
-        Self-attention passes the same array three times.
+    x_k : array_like, (..., m, kdim)
+    x_v : array_like, (..., m, vdim)
+        The tokens that are looked at (keys) and read from (values); kdim and
+        vdim are d_model unless the parameters say otherwise (``init_params(...,
+        kdim=, vdim=)``). Self-attention passes the same array three times.
     params : MHAParams
     mask : array_like of bool, broadcastable to (..., n, m), optional
         True where query i may attend to key j; the same mask for every head.
         A query that may attend to nothing gets zero weights, so its output is
         the output bias ``b_o`` (zero without biases); PyTorch's layer gives NaN
         there when it computes the weights (chapter 6).
+    bias : array_like of real numbers, broadcastable to (..., h, n, m), optional
+        Added to every head's scaled scores before the softmax (see
+        ``scaled_dot_product_attention``). Unlike the mask it has a head axis,
+        since ALiBi and T5 give each head its own bias: (n, m) serves all heads
+        and sequences, (h, n, m) is one per head, (B, 1, n, m) one per sequence.
+        PyTorch's float ``attn_mask`` of shape (B * h, n, m) is this bias
+        reshaped to (B, h, n, m).
 
     Returns
     -------
@@ -289,6 +359,9 @@ def multihead_attention(x_q, x_k, x_v, params, mask=None):
         The attention weights of every head (not averaged). Its batch axes are
         those of x_q, x_k and the mask; batch axes that only x_v has are not
         repeated here.
+
+    Float16 inputs and parameters are computed in float32 (projections, scores,
+    sums) and the results rounded to float16, as in ``scaled_dot_product_attention``.
 
     Examples
     --------
@@ -299,8 +372,13 @@ def multihead_attention(x_q, x_k, x_v, params, mask=None):
     ((4, 3, 8), (4, 2, 3, 3))
     """
     x_q, x_k, x_v, mask = _check_layer_inputs(x_q, x_k, x_v, params, mask)
-    heads = attend_heads(x_q, x_k, x_v, params, mask)  # steps 1-4
-    return mix_heads(heads.concat, params), heads.weights  # step 5
+    bias = check_layer_bias(x_q, x_k, x_v, params, bias)
+    dtype, work = layer_dtypes(x_q, x_k, x_v, params)
+    if work != dtype:  # float16: every product and sum in float32, only the results rounded
+        x_q, x_k, x_v, params = x_q.astype(work), x_k.astype(work), x_v.astype(work), params.astype(work)
+    heads = attend_heads(x_q, x_k, x_v, params, mask, bias)  # steps 1-4
+    y = mix_heads(heads.concat, params)  # step 5
+    return y.astype(dtype, copy=False), heads.weights.astype(dtype, copy=False)
 
 
 def mix_heads(concat, params):
@@ -313,28 +391,28 @@ def params_from_torch(module):
 
     The arrays keep the module's dtype (call ``module.double()`` first for
     float64). ``batch_first`` does not change the parameters, only how torch is
-    called; modules with ``kdim``/``vdim`` different from ``embed_dim``,
-    ``add_bias_kv`` or ``add_zero_attn`` have no counterpart here and are
-    rejected.
+    called. A module with ``kdim``/``vdim`` different from ``embed_dim`` keeps
+    three separate input matrices (``q_proj_weight``, ``k_proj_weight``,
+    ``v_proj_weight``) instead of the fused ``in_proj_weight``; they become
+    ``w_q`` (d_model, d_model), ``w_k`` (kdim, d_model) and ``w_v`` (vdim, d_model).
+    ``add_bias_kv`` and ``add_zero_attn`` have no counterpart here and are rejected.
     """
     import torch  # imported here so that the package needs only numpy
 
     if not isinstance(module, torch.nn.MultiheadAttention):
         raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
     d_model = module.embed_dim
-    if not module._qkv_same_embed_dim:
-        raise ValueError(
-            f"this module has kdim = {module.kdim}, vdim = {module.vdim} but embed_dim = {d_model}; "
-            f"MHAParams needs all three equal"
-        )
     if module.bias_k is not None or module.add_zero_attn:
         raise ValueError("add_bias_kv and add_zero_attn have no counterpart in MHAParams")
 
     def to_numpy(t):
         return t.detach().cpu().numpy().copy()
 
-    w_in = to_numpy(module.in_proj_weight)  # (3 d_model, d_model), used by torch as x @ w_in.T
-    w_q, w_k, w_v = (w_in[i * d_model:(i + 1) * d_model].T for i in range(3))  # each (d_model, d_model)
+    if module._qkv_same_embed_dim:
+        w_in = to_numpy(module.in_proj_weight)  # (3 d_model, d_model), used by torch as x @ w_in.T
+        w_q, w_k, w_v = (w_in[i * d_model:(i + 1) * d_model].T for i in range(3))  # each (d_model, d_model)
+    else:  # three matrices, transposed: (d_model, d_model), (d_model, kdim), (d_model, vdim) -> (kdim, d_model), ...
+        w_q, w_k, w_v = (to_numpy(w).T for w in (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight))
     w_o = to_numpy(module.out_proj.weight).T
     b_q = b_k = b_v = b_o = None
     if module.in_proj_bias is not None:
@@ -350,6 +428,8 @@ def params_to_torch(params, *, batch_first=True):
 
     The module has the dtype of ``params.w_q``. torch has biases for all four
     projections or for none, so a ``None`` bias among present ones becomes zeros.
+    Parameters with ``kdim``/``vdim`` other than d_model give a module built with
+    torch's ``kdim=``/``vdim=``.
     """
     import torch  # imported here so that the package needs only numpy
 
@@ -361,14 +441,20 @@ def params_to_torch(params, *, batch_first=True):
                          f"d_model = {d_model}, h = {params.num_heads}, d_k = {params.d_k}, d_v = {params.d_v}")
     dtype = torch.from_numpy(params.w_q).dtype  # float64 -> torch.float64, float32 -> torch.float32
     module = torch.nn.MultiheadAttention(
-        d_model, params.num_heads, bias=params.has_bias, batch_first=batch_first, dtype=dtype
+        d_model, params.num_heads, bias=params.has_bias, batch_first=batch_first, dtype=dtype,
+        kdim=params.kdim, vdim=params.vdim,
     )
 
     def t(a):
         return torch.from_numpy(np.ascontiguousarray(a, dtype=params.w_q.dtype))
 
     with torch.no_grad():
-        module.in_proj_weight.copy_(t(np.concatenate([params.w_q.T, params.w_k.T, params.w_v.T])))
+        if module._qkv_same_embed_dim:  # one fused (3 d_model, d_model) matrix
+            module.in_proj_weight.copy_(t(np.concatenate([params.w_q.T, params.w_k.T, params.w_v.T])))
+        else:  # three: (d_model, d_model), (d_model, kdim), (d_model, vdim)
+            for w, ours in ((module.q_proj_weight, params.w_q), (module.k_proj_weight, params.w_k),
+                            (module.v_proj_weight, params.w_v)):
+                w.copy_(t(ours.T))
         module.out_proj.weight.copy_(t(params.w_o.T))
         if params.has_bias:
             zero = np.zeros(d_model, dtype=params.w_q.dtype)

@@ -193,13 +193,41 @@ BAD = {
         r"x_q must hold real numbers, got an array of dtype complex128",
     ),
     # the torch bridge
-    "params_from_torch vdim": (
-        lambda: M.params_from_torch(torch.nn.MultiheadAttention(8, 2, vdim=5)),
-        r"this module has kdim = 8, vdim = 5 but embed_dim = 8; MHAParams needs all three equal",
+    "layer x_k of another width than kdim": (
+        lambda: M.multihead_attention(X, X, X, M.init_params(8, 2, kdim=5)),
+        r"x_k has shape \(3, 8\), but the parameters expect kdim = 5 features",
     ),
-    "params_from_torch kdim and vdim": (
-        lambda: M.params_from_torch(torch.nn.MultiheadAttention(6, 3, kdim=4, vdim=2)),
-        r"kdim = 4, vdim = 2 but embed_dim = 6",
+    "layer x_v of another width than vdim": (
+        lambda: M.multihead_attention(X, X, X, M.init_params(8, 2, vdim=3)),
+        r"x_v has shape \(3, 8\), but the parameters expect vdim = 3 features",
+    ),
+    "init_params kdim = 0": (
+        lambda: M.init_params(8, 2, kdim=0),
+        r"kdim must be a positive integer, got 0",
+    ),
+    "MHAParams w_k of another column count than w_q": (
+        lambda: M.MHAParams(2, np.eye(4), np.ones((3, 6)), np.eye(4), np.eye(4)),
+        r"w_k has shape \(3, 6\), expected \(3, 4\) for d_model = 4",
+    ),
+    # additive score biases
+    "attention bias of the wrong shape": (
+        lambda: M.scaled_dot_product_attention(np.ones((3, 4)), np.ones((5, 4)), np.ones((5, 2)),
+                                               bias=np.zeros((3, 4))),
+        r"bias of shape \(3, 4\) does not broadcast to the scores' shape \(3, 5\)",
+    ),
+    "attention bias of +inf": (
+        lambda: M.scaled_dot_product_attention(np.ones((3, 4)), np.ones((5, 4)), np.ones((5, 2)),
+                                               bias=np.array([0.0, 0.0, 0.0, 0.0, np.inf])),
+        r"bias of shape \(5,\) holds \+inf; a bias may be -inf",
+    ),
+    "attention bias complex": (
+        lambda: M.scaled_dot_product_attention(np.ones((3, 4)), np.ones((5, 4)), np.ones((5, 2)), bias=1j),
+        r"bias must hold real numbers, got an array of dtype complex128",
+    ),
+    "layer bias without its head axis": (
+        lambda: M.multihead_attention(np.ones((3, 4, 8)), np.ones((3, 4, 8)), np.ones((3, 4, 8)), P,
+                                      bias=np.zeros((3, 4, 4))),
+        r"bias of shape \(3, 4, 4\) does not broadcast to the scores' shape \(3, 2, 4, 4\)",
     ),
     "params_from_torch add_zero_attn": (
         lambda: M.params_from_torch(torch.nn.MultiheadAttention(8, 2, add_zero_attn=True)),

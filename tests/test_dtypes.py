@@ -199,3 +199,154 @@ def test_layout_functions_keep_any_type():
 def test_masks_are_boolean():
     assert M.causal_mask(3).dtype == np.bool_ and M.causal_mask(2, 5).dtype == np.bool_
     assert M.padding_mask(np.array([1, 3], dtype=np.int32), 3).dtype == np.bool_
+
+
+# ---------------------------------------------------------------- float16 is computed in float32, as libraries do
+
+def sdpa16_all_ways(q, k, v, block_size, **kw):
+    """float16 attention by every function that takes it: the plain pass, its weights, the block-wise pass."""
+    from mha_lessons.blockwise import blockwise_attention
+
+    out, w = M.scaled_dot_product_attention(q, k, v, **kw)
+    return {"plain": out, "block-wise": blockwise_attention(q, k, v, block_size=block_size, **kw)}, w
+
+
+def torch_sdpa(q, k, v, dtype=torch.float64):
+    import torch.nn.functional as F
+
+    t = [torch.from_numpy(a).to(dtype) for a in (q, k, v)]
+    return F.scaled_dot_product_attention(*t).numpy()
+
+
+@pytest.mark.parametrize("value, d_k", [(256.0, 80), (4096.0, 128), (FP16_MAX, 64)])
+def test_float16_scores_beyond_its_range_give_what_torch_gives(value, d_k):
+    # The issue's case first: q = k = v = 256, d_k = 80 makes every score 256 · 256 · 80 / √80 ≈ 5.9e5,
+    # beyond float16's 65504; then larger values and widths up to the largest float16.
+    x = np.full((1, 32, 23, d_k), value, dtype=np.float16)
+    score = value * value * d_k / math.sqrt(d_k)
+    assert score > FP16_MAX  # the float16 score itself would be infinite
+    with np.errstate(over="raise", invalid="raise"):  # no overflow, no invalid operation anywhere
+        outs, w = sdpa16_all_ways(x, x, x, block_size=8)
+    ref = torch_sdpa(x, x, x, torch.float16)  # torch's own float16 attention
+    assert np.all(ref == np.float16(value))
+    for name, out in outs.items():
+        assert out.dtype == np.float16, name
+        np.testing.assert_array_equal(out, ref, err_msg=name)
+    assert w.dtype == np.float16
+    np.testing.assert_array_equal(w, np.float16(1 / 23))  # 23 equal scores: uniform weights, rounded once
+    kv = x[:, :8]  # grouped-query attention: 8 key/value heads shared by the 32 query heads
+    with np.errstate(over="raise", invalid="raise"):
+        out_gqa, _ = M.inference.grouped_query_attention(x, kv, kv)
+    assert out_gqa.dtype == np.float16
+    np.testing.assert_array_equal(out_gqa, ref)
+
+
+@pytest.mark.parametrize("m", [66_000, 200_000])
+def test_float16_softmax_over_more_keys_than_float16_can_count(m):
+    # The issue's second case: a float16 sum of m ≥ 65,520 ones is infinite. Weights 1/m, output 1.
+    q = np.zeros((1, 2, 4, 16), np.float16)
+    k = np.zeros((1, 2, m, 16), np.float16)
+    v = np.ones((1, 2, m, 16), np.float16)
+    with np.errstate(over="raise", invalid="raise"):  # (1/m is a subnormal float16: underflow is expected)
+        outs, w = sdpa16_all_ways(q, k, v, block_size=4096)
+        p = M.softmax(np.zeros((4, m), np.float16))
+        p_online = M.blockwise.online_softmax(np.zeros((4, m), np.float16), block_size=4096)
+    for name, out in outs.items():
+        np.testing.assert_array_equal(out, np.float16(1.0), err_msg=name)
+    one_over_m = np.float16(1 / m)
+    assert one_over_m > 0
+    for name, weights in (("weights", w), ("softmax", p), ("online softmax", p_online)):
+        assert weights.dtype == np.float16, name
+        np.testing.assert_array_equal(weights, one_over_m, err_msg=name)
+    np.testing.assert_array_equal(torch_sdpa(q, k, v, torch.float16), outs["plain"])  # torch's float16 agrees
+
+
+def test_online_softmax_keeps_its_running_sum_in_float32():
+    x = np.zeros((2, 70_000), np.float16)
+    *_, (stop, m_run, l_run) = M.blockwise.online_softmax_steps(x, block_size=10_000)
+    assert stop == 70_000 and m_run.dtype == l_run.dtype == np.float32
+    np.testing.assert_array_equal(l_run, 70_000.0)  # float16 would hold inf
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_float16_is_the_float32_computation_rounded_once(rng, scale):
+    # What the package promises for float16: every product and sum in float32, the result rounded to float16.
+    # So the float16 answer is exactly the float32 answer on the same (float16) numbers, rounded.
+    from mha_lessons.blockwise import blockwise_attention_backward, blockwise_attention_with_lse
+    from mha_lessons.grads import mha_backward, sdpa_backward, softmax_backward
+
+    q, k, v, d_out = inputs(rng, np.float16, (2, 2, 5, 16), (2, 2, 300, 16), (2, 2, 300, 8), (2, 2, 5, 8),
+                            scale=scale)
+    bias, layer_bias = inputs(rng, np.float16, (5, 300), (2, 40, 40))  # the layer's bias: one per head
+    mask = rng.random((5, 300)) < 0.8
+    up = [a.astype(np.float32) for a in (q, k, v, d_out, bias)]
+
+    def same(ours16, ours32, name):
+        assert ours16.dtype == np.float16, name
+        np.testing.assert_array_equal(ours16, ours32.astype(np.float16), err_msg=name)
+
+    with np.errstate(over="raise", invalid="raise"):
+        for i, (a, b) in enumerate(zip(M.scaled_dot_product_attention(q, k, v, mask, bias),
+                                       M.scaled_dot_product_attention(*up[:3], mask, up[4]))):
+            same(a, b, f"attention {i}")
+        same(M.softmax(q), M.softmax(up[0]), "softmax")
+        w = M.softmax(q)
+        same(softmax_backward(w, q), softmax_backward(w.astype(np.float32), up[0]), "softmax backward")
+        for i, (a, b) in enumerate(zip(sdpa_backward(q, k, v, d_out, mask, bias, bias_grad=True),
+                                       sdpa_backward(*up[:4], mask, up[4], bias_grad=True))):
+            same(a, b, f"attention backward {i}")
+        out16, lse16 = blockwise_attention_with_lse(q, k, v, mask, block_size=64, bias=bias)
+        out32, lse32 = blockwise_attention_with_lse(*up[:3], mask, block_size=64, bias=up[4])
+        same(out16, out32, "block-wise")
+        assert lse16.dtype == np.float32
+        np.testing.assert_array_equal(lse16, lse32)
+        for i, (a, b) in enumerate(zip(
+                blockwise_attention_backward(q, k, v, out16, lse16, d_out, mask, block_size=64, bias=bias),
+                blockwise_attention_backward(*up[:3], out16.astype(np.float32), lse32, up[3], mask, block_size=64,
+                                             bias=up[4]))):
+            same(a, b, f"block-wise backward {i}")
+        params = M.init_params(16, 2, dtype=np.float16, seed=1)
+        x = inputs(rng, np.float16, (3, 40, 16), scale=scale)[0]
+        params32 = params.astype(np.float32)
+        x32, d_y, layer_bias32 = x.astype(np.float32), np.ones_like(x), layer_bias.astype(np.float32)
+        for i, (a, b) in enumerate(zip(M.multihead_attention(x, x, x, params, bias=layer_bias),
+                                       M.multihead_attention(x32, x32, x32, params32, bias=layer_bias32))):
+            same(a, b, f"layer {i}")
+        *dx16, dp16, db16 = mha_backward(x, x, x, params, d_y, bias=layer_bias, bias_grad=True)
+        *dx32, dp32, db32 = mha_backward(x32, x32, x32, params32, d_y.astype(np.float32), bias=layer_bias32,
+                                         bias_grad=True)
+        for i, (a, b) in enumerate(zip(dx16 + [db16], dx32 + [db32])):
+            same(a, b, f"layer backward {i}")
+        for name, g in dp16.arrays().items():
+            same(g, getattr(dp32, name), f"layer backward d{name}")
+
+
+def test_float16_attention_at_large_scores_is_as_accurate_as_float32_allows(rng):
+    # Against torch in float64 on the same float16 numbers: the float32 arithmetic's error (scores of
+    # size S carry about d_k u32 S of it) plus one float16 rounding of the result (u16 / 2 relative).
+    q, k, v = inputs(rng, np.float16, (2, 3, 6, 32), (2, 3, 2000, 32), (2, 3, 2000, 8), scale=30.0)
+    out, w = M.scaled_dot_product_attention(q, k, v)
+    ref_out, ref_w = torch_reference(q, k, v)
+    u32, u16 = float(np.finfo(np.float32).eps), float(np.finfo(np.float16).eps)
+    score = float(np.abs(q.astype(np.float64)).max() * np.abs(k.astype(np.float64)).max() * math.sqrt(32))
+    assert score > FP16_MAX
+    terms = 32 + 2000
+    v_max = float(np.abs(v).max())
+    np.testing.assert_allclose(w.astype(np.float64), ref_w, rtol=u16, atol=4 * 32 * u32 * score + u16 / 2 * 2 ** -14)
+    np.testing.assert_allclose(out.astype(np.float64), ref_out, rtol=u16,
+                               atol=(4 * (32 * score + terms) * u32 + u16) * v_max)
+
+
+def test_float16_projections_accumulate_in_float32():
+    # +8000 on 32 features and -8000 on 32 others, every weight 0.5: the exact projections are 0, but a float16
+    # running sum would pass 32 · 8000 · 0.5 = 128000 > 65504 on the way. Decoding (which projects with the
+    # layer's own steps outside multihead_attention) and the output projection must give exactly 0. (numpy's
+    # float16 matmul itself sums in float32, so this pins the behaviour rather than catching a present bug.)
+    half = np.full((64, 64), 0.5, np.float16)
+    params = M.MHAParams(4, half, half, half, half)
+    x = np.concatenate([np.full(32, 8000.0), np.full(32, -8000.0)]).astype(np.float16)[None]  # (s, d_model) = (1, 64)
+    with np.errstate(over="raise", invalid="raise"):
+        y, cache = M.inference.decode_step(x, params)
+        mixed = M.multihead.mix_heads(x, params)
+    assert y.dtype == cache.k.dtype == cache.v.dtype == mixed.dtype == np.float16
+    assert np.all(y == 0) and np.all(cache.k == 0) and np.all(cache.v == 0) and np.all(mixed == 0)
