@@ -36,7 +36,8 @@ CONFIGS = {
 SETTINGS = dict(vocab=8, n=12, segment=4, d_model=16, steps=400, lr=0.01, batch=64, eval_every=10, eval_batch=512)
 SOLVED = 0.99  # "solved": both answers right at this fraction of the positions where the relations differ
 TEST_SEED, TEST_BATCH = 5, 2000  # the new sequences on which the single head is examined position by position
-COLUMNS = ("config", "seed", "loss", "previous", "first", "both", "both_distinct", "solved_step",
+LONG_STEPS = 1200  # the two models that let the weights see tokens are also trained this long
+COLUMNS = ("config", "seed", "steps", "loss", "previous", "first", "both", "both_distinct", "solved_step",
            "score_previous_0", "score_first_0", "score_previous_1", "score_first_1",
            "same_right", "differ_right", "positions_agree")
 
@@ -89,7 +90,7 @@ def run(config, seed, **overrides):
     history = train(model, settings["steps"], segment=segment, batch=settings["batch"], lr=settings["lr"],
                     seed=seed, eval_every=settings["eval_every"], eval_batch=settings["eval_batch"])
     summary = dict.fromkeys(COLUMNS, float("nan"))
-    summary.update(config=config, seed=seed)
+    summary.update(config=config, seed=seed, steps=settings["steps"])
     for name in ("loss", "previous", "first", "both", "both_distinct"):
         summary[name] = history[name][-1]
     below = np.flatnonzero(np.array(history["both_distinct"]) < SOLVED)
@@ -153,8 +154,8 @@ def load_table(text=None):
     Examples
     --------
     >>> table = load_table(to_csv([run("one", 0, steps=1, eval_batch=8)[2]]))
-    >>> table["config"].tolist(), table["seed"].tolist()
-    (['one'], [0])
+    >>> table["config"].tolist(), table["seed"].tolist(), table["steps"].tolist()
+    (['one'], [0], [1])
     """
     if text is None:
         from .notebook import read_result
@@ -168,7 +169,7 @@ def load_table(text=None):
         values = [row[name] for row in rows]
         if name == "config":
             table[name] = np.array(values)
-        elif name in ("seed", "solved_step"):
+        elif name in ("seed", "steps", "solved_step"):
             table[name] = np.array(values, dtype=int)
         else:
             table[name] = np.array([float(v) if v not in ("", "nan") else np.nan for v in values])

@@ -486,7 +486,7 @@ def learner_head_weights(weights, segment, swap_pq=False, every=False, transpose
 def test_head_weights_exercise():
     assert M.exercises.check_head_weights(learner_head_weights).ok
     cases = {
-        "p and q are swapped": lambda w, s: learner_head_weights(w, s, swap_pq=True),
+        "w_prev and w_first are swapped": lambda w, s: learner_head_weights(w, s, swap_pq=True),
         "heads are swapped": lambda w, s: tuple(a[::-1] for a in learner_head_weights(w, s)),
         "one row per head": lambda w, s: tuple(a.T for a in learner_head_weights(w, s)),
         "query and key are swapped": lambda w, s: learner_head_weights(w, s, transpose=True),
