@@ -204,12 +204,12 @@ def time_allreduce(num_workers=2, sizes=(1, 256, 4096, 65536, 262144, 1048576), 
 
     The processes are started and joined as in ``run_distributed``. For each
     size every worker all-reduces once to warm up, then ``repeats`` times,
-    each after a barrier; a call's time is the slowest worker's, and the
-    result is the median over the repeats.
+    each after a barrier; a call's time is the slowest worker's.
 
     Returns
     -------
-    dict: ``num_workers``, ``bytes`` (list, 4 x each size) and ``seconds`` (list, the medians).
+    dict: ``num_workers``, ``bytes`` (list, 4 x each size), ``seconds`` (the medians over the repeats) and
+    ``min_seconds`` (the fastest calls: on a busy machine, the closest to the undisturbed cost).
     """
     require_positive_int(num_workers, "num_workers")
     require_positive_int(repeats, "repeats")
@@ -217,9 +217,9 @@ def time_allreduce(num_workers=2, sizes=(1, 256, 4096, 65536, 262144, 1048576), 
         require_positive_int(size, "each size")
     _check_torch_and_timeout("time_allreduce", timeout)
     reports = _run_workers(timing_process, num_workers, (tuple(sizes), repeats), timeout)
-    medians = [float(np.median(np.max([reports[r]["seconds"][size] for r in range(num_workers)], axis=0)))
-               for size in sizes]
-    return {"num_workers": num_workers, "bytes": [4 * size for size in sizes], "seconds": medians}
+    calls = [np.max([reports[r]["seconds"][size] for r in range(num_workers)], axis=0) for size in sizes]
+    return {"num_workers": num_workers, "bytes": [4 * size for size in sizes],
+            "seconds": [float(np.median(c)) for c in calls], "min_seconds": [float(np.min(c)) for c in calls]}
 
 
 def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4, dtype="float64", seed=0,
