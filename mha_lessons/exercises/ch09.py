@@ -217,8 +217,8 @@ def check_split_head_work(flops):
     mistakes = [
         (work / 2, "a multiply-add is 2 FLOPs: the scores of one head take 2 B n m d_k."),
         (2 * n * m * d_k, "the batch is missing: each of the B sequences has its own scores."),
-        (2 * B * n * m * d_model, "a head's scores are dot products over its d_k features, not d_model."),
-        (work * h, "at p = h each worker holds h / p = 1 head, not all h."),
+        (2 * B * n * m * d_model, "that is all h heads' scores (d_model = h d_k): at p = h each worker holds "
+                                  "h / p = 1 head, whose scores are dot products over its d_k features."),
     ]
     verdict = compare(pair[0], work, mistakes, what="your count at p = h", rtol=1e-9)
     if not verdict:
