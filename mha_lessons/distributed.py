@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from ._checks import require_positive_int
 from .multihead import multihead_attention
 from .parallel import allreduce_bytes, demo_problem, partial_output, shard_params, worker_heads
 
@@ -47,19 +48,9 @@ def worker_process(rank, num_workers, store_path, problem, timeout, queue, log_p
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     try:
-        from datetime import timedelta
-
         import torch
-        import torch.distributed as dist
 
-        require_gloo(dist)
-        torch.set_num_threads(1)
-        interface = loopback_interface()
-        if interface is not None:
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)  # gloo connects the workers over 127.0.0.1
-        store = dist.FileStore(store_path, num_workers)  # where the workers find each other's addresses
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=num_workers,
-                                timeout=timedelta(seconds=timeout))
+        dist = _join_group(rank, num_workers, store_path, timeout)
         try:
             x_q, x_kv, params, mask = demo_problem(**problem)
             shard = shard_params(params, num_workers, rank)  # this worker's heads and slices only
@@ -81,62 +72,26 @@ def worker_process(rank, num_workers, store_path, problem, timeout, queue, log_p
         raise
 
 
-def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4, dtype="float64", seed=0,
-                    timeout=60.0):
-    """Run head-parallel attention on ``num_workers`` real processes and check it against one process.
-
-    The workers are started with the ``spawn`` method (fresh interpreters,
-    whatever the calling process has imported or started). They find each
-    other through a file store in a temporary folder, so no port has to be
-    chosen in advance, and join a ``torch.distributed`` group with the gloo
-    backend, which connects them over the loopback interface (127.0.0.1).
-    Each computes its ``partial_output`` with this package's numpy code on
-    ``demo_problem``'s inputs, turns it into a torch tensor and all-reduces it
-    (sum). Worker 0 compares the result with ``multihead_attention`` on the
-    whole layer. Every worker leaves the group with ``destroy_process_group``;
-    a worker that fails, hangs or dies is reported with its log, and no worker
-    outlives the call.
-
-    Parameters
-    ----------
-    num_workers : int, dividing ``num_heads``
-    batch, n, m, d_model, num_heads, dtype, seed : the problem, see ``demo_problem``
-    timeout : float
-        Seconds for the whole run (starting the processes included) and for
-        each collective operation.
-
-    Returns
-    -------
-    dict
-        ``num_workers``, ``backend``, ``heads`` (per rank), ``shape`` of the
-        all-reduced tensor, ``dtype``, ``allreduce_elements``, ``tensor_bytes``,
-        ``ring_bytes_per_worker`` (``allreduce_bytes``), ``max_abs_diff``
-        (all-reduced result against one process), ``partial_max_abs_diff``
-        (worker 0's term alone against one process), ``max_abs_output``, and
-        ``identical_on_all_workers``.
-
-    Raises
-    ------
-    RuntimeError
-        PyTorch, torch.distributed or its gloo backend is missing, or a worker failed.
-    TimeoutError
-        The workers did not all report within ``timeout`` seconds.
-    """
+def _check_torch_and_timeout(caller, timeout):
     import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise RuntimeError(f"{caller} needs PyTorch (pip install torch), which is not installed")
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+def _run_workers(target, num_workers, args, timeout):
+    """Start ``target(rank, num_workers, store_path, *args, timeout, queue, log_path)`` in p spawned processes.
+
+    Returns every rank's report (what it put on the queue with status "ok"), and raises with the workers'
+    logs if one fails, dies or does not report within ``timeout`` seconds. No worker outlives the call.
+    """
     import multiprocessing
     import queue as queue_module
     import tempfile
     import time
 
-    for r in range(num_workers):
-        worker_heads(num_heads, num_workers, r)  # p must divide h: fail here, not in every worker
-    if importlib.util.find_spec("torch") is None:
-        raise RuntimeError("run_distributed needs PyTorch (pip install torch), which is not installed")
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    problem = {"batch": batch, "n": n, "m": m, "d_model": d_model, "num_heads": num_heads, "dtype": dtype,
-               "seed": seed}
-    demo_problem(**problem)  # bad sizes raise their ValueError here, before any process starts
     start = time.monotonic()
     context = multiprocessing.get_context("spawn")  # fresh interpreters: safe whatever the parent has imported
     results = context.Queue()
@@ -144,8 +99,8 @@ def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4
     with tempfile.TemporaryDirectory() as folder:
         store_path = os.path.join(folder, "store")  # the rendezvous: workers write their addresses here
         log_paths = [os.path.join(folder, f"worker{r}.log") for r in range(num_workers)]
-        processes = [context.Process(target=worker_process, daemon=True,
-                                     args=(r, num_workers, store_path, problem, timeout, results, log_paths[r]))
+        processes = [context.Process(target=target, daemon=True,
+                                     args=(r, num_workers, store_path, *args, timeout, results, log_paths[r]))
                      for r in range(num_workers)]
 
         def logs_text():
@@ -191,6 +146,130 @@ def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4
                     process.join()
             results.close()
             results.join_thread()
+    return reports
+
+
+def _join_group(rank, num_workers, store_path, timeout):
+    """In a worker process: join the gloo group through the file store; returns torch.distributed."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    require_gloo(dist)
+    torch.set_num_threads(1)
+    interface = loopback_interface()
+    if interface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)  # gloo connects the workers over 127.0.0.1
+    store = dist.FileStore(store_path, num_workers)  # where the workers find each other's addresses
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=num_workers,
+                            timeout=timedelta(seconds=timeout))
+    return dist
+
+
+def timing_process(rank, num_workers, store_path, sizes, repeats, timeout, queue, log_path):
+    """One process of ``time_allreduce``: all-reduce float32 tensors of each size ``repeats`` times, timing each."""
+    import time
+    import traceback
+
+    with open(log_path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        import torch
+
+        dist = _join_group(rank, num_workers, store_path, timeout)
+        try:
+            seconds = {}
+            for size in sizes:
+                tensor = torch.ones(size, dtype=torch.float32)
+                dist.all_reduce(tensor)  # a warm-up call: connections and buffers are set up here
+                times = []
+                for _ in range(repeats):
+                    dist.barrier()  # every worker starts together
+                    start = time.perf_counter()
+                    dist.all_reduce(tensor)
+                    times.append(time.perf_counter() - start)
+                seconds[size] = times
+            queue.put(("ok", rank, {"seconds": seconds}))
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        queue.put(("error", rank, traceback.format_exc()))
+        raise
+
+
+def time_allreduce(num_workers=2, sizes=(1, 256, 4096, 65536, 262144, 1048576), *, repeats=20, timeout=120.0):
+    """Time ``dist.all_reduce`` of float32 tensors of several sizes on ``num_workers`` gloo processes.
+
+    The processes are started and joined as in ``run_distributed``. For each
+    size every worker all-reduces once to warm up, then ``repeats`` times,
+    each after a barrier; a call's time is the slowest worker's.
+
+    Returns
+    -------
+    dict: ``num_workers``, ``bytes`` (list, 4 x each size), ``seconds`` (the medians over the repeats) and
+    ``min_seconds`` (the fastest calls: on a busy machine, the closest to the undisturbed cost).
+    """
+    require_positive_int(num_workers, "num_workers")
+    require_positive_int(repeats, "repeats")
+    for size in sizes:
+        require_positive_int(size, "each size")
+    _check_torch_and_timeout("time_allreduce", timeout)
+    reports = _run_workers(timing_process, num_workers, (tuple(sizes), repeats), timeout)
+    calls = [np.max([reports[r]["seconds"][size] for r in range(num_workers)], axis=0) for size in sizes]
+    return {"num_workers": num_workers, "bytes": [4 * size for size in sizes],
+            "seconds": [float(np.median(c)) for c in calls], "min_seconds": [float(np.min(c)) for c in calls]}
+
+
+def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4, dtype="float64", seed=0,
+                    timeout=60.0):
+    """Run head-parallel attention on ``num_workers`` real processes and check it against one process.
+
+    The workers are started with the ``spawn`` method (fresh interpreters,
+    whatever the calling process has imported or started). They find each
+    other through a file store in a temporary folder, so no port has to be
+    chosen in advance, and join a ``torch.distributed`` group with the gloo
+    backend, which connects them over the loopback interface (127.0.0.1).
+    Each computes its ``partial_output`` with this package's numpy code on
+    ``demo_problem``'s inputs, turns it into a torch tensor and all-reduces it
+    (sum). Worker 0 compares the result with ``multihead_attention`` on the
+    whole layer. Every worker leaves the group with ``destroy_process_group``;
+    a worker that fails, hangs or dies is reported with its log, and no worker
+    outlives the call.
+
+    Parameters
+    ----------
+    num_workers : int, dividing ``num_heads``
+    batch, n, m, d_model, num_heads, dtype, seed : the problem, see ``demo_problem``
+    timeout : float
+        Seconds for the whole run (starting the processes included) and for
+        each collective operation.
+
+    Returns
+    -------
+    dict
+        ``num_workers``, ``backend``, ``heads`` (per rank), ``shape`` of the
+        all-reduced tensor, ``dtype``, ``allreduce_elements``, ``tensor_bytes``,
+        ``ring_bytes_per_worker`` (``allreduce_bytes``), ``max_abs_diff``
+        (all-reduced result against one process), ``partial_max_abs_diff``
+        (worker 0's term alone against one process), ``max_abs_output``, and
+        ``identical_on_all_workers``.
+
+    Raises
+    ------
+    RuntimeError
+        PyTorch, torch.distributed or its gloo backend is missing, or a worker failed.
+    TimeoutError
+        The workers did not all report within ``timeout`` seconds.
+    """
+    for r in range(num_workers):
+        worker_heads(num_heads, num_workers, r)  # p must divide h: fail here, not in every worker
+    _check_torch_and_timeout("run_distributed", timeout)
+    problem = {"batch": batch, "n": n, "m": m, "d_model": d_model, "num_heads": num_heads, "dtype": dtype,
+               "seed": seed}
+    demo_problem(**problem)  # bad sizes raise their ValueError here, before any process starts
+    reports = _run_workers(worker_process, num_workers, (problem,), timeout)
     outputs = [reports[r]["y"] for r in range(num_workers)]
     shape = tuple(outputs[0].shape)
     elements = math.prod(shape)

@@ -14,7 +14,11 @@ depends on positions only and what it fetches is tokens only:
     loss   = mean cross-entropy of the R predictions at every scored position
 
 With ``keys_see_tokens=True`` the three inputs are all ``E[tokens] + P``, as in
-a usual Transformer, and the weights become (B, h, n, n). There is no residual
+a usual Transformer, and the weights become (B, h, n, n). ``values_see_positions``
+sets the values apart from the queries and keys (by default it follows
+``keys_see_tokens``): ``keys_see_tokens=True, values_see_positions=False`` gives
+queries and keys ``E[tokens] + P`` and values ``E[tokens]``, the ablation that
+changes one thing at a time. There is no residual
 connection: whatever the read-out sees at position i, a head fetched it.
 
 Training uses the package's own gradients: ``grads.mha_backward`` (chapter 5)
@@ -51,7 +55,8 @@ class TinyModel:
     """Parameters of the tiny model: embeddings, one attention layer, a read-out.
 
     embed : (V, d_model), pos : (n, d_model), attn : MHAParams,
-    w_out : (d_model, R V), b_out : (R V,); keys_see_tokens : bool (see the module's docstring).
+    w_out : (d_model, R V), b_out : (R V,); keys_see_tokens : bool; values_see_positions : bool or None,
+    None meaning "the same as keys_see_tokens" (see the module's docstring).
     """
 
     embed: np.ndarray
@@ -60,6 +65,12 @@ class TinyModel:
     w_out: np.ndarray
     b_out: np.ndarray
     keys_see_tokens: bool = False
+    values_see_positions: bool | None = None
+
+    @property
+    def values_with_positions(self):
+        """True when the values are ``E[tokens] + P``, False when they are ``E[tokens]``."""
+        return self.keys_see_tokens if self.values_see_positions is None else bool(self.values_see_positions)
 
     @property
     def vocab(self):
@@ -75,7 +86,7 @@ class TinyModel:
 
     def arrays(self):
         """Every parameter array by name (the attention's as ``attn.w_q``, ...): the arrays themselves, not copies."""
-        named = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("attn", "keys_see_tokens")}
+        named = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("attn", "keys_see_tokens", "values_see_positions")}
         named.update({f"attn.{name}": a for name, a in self.attn.arrays().items()})
         return named
 
@@ -84,7 +95,7 @@ class TinyModel:
         return sum(a.size for a in self.arrays().values())
 
 
-def init_model(vocab, n, d_model, num_heads, *, seed=0, keys_see_tokens=False):
+def init_model(vocab, n, d_model, num_heads, *, seed=0, keys_see_tokens=False, values_see_positions=None):
     """A freshly initialised TinyModel.
 
     The attention layer is ``init_params(d_model, num_heads, seed=seed + 1)``
@@ -107,7 +118,8 @@ def init_model(vocab, n, d_model, num_heads, *, seed=0, keys_see_tokens=False):
     bound = 1 / math.sqrt(d_model)
     w_out = rng.uniform(-bound, bound, size=(d_model, len(RELATIONS) * vocab))
     b_out = np.zeros(len(RELATIONS) * vocab)
-    return TinyModel(embed, pos, init_params(d_model, num_heads, seed=seed + 1), w_out, b_out, keys_see_tokens)
+    return TinyModel(embed, pos, init_params(d_model, num_heads, seed=seed + 1), w_out, b_out, keys_see_tokens,
+                     values_see_positions)
 
 
 def _check_tokens(model, tokens):
@@ -127,7 +139,7 @@ def attention_inputs(model, tokens):
     Returns
     -------
     x_qk : ndarray, (n, d_model): the positions P; with keys_see_tokens (B, n, d_model), E[tokens] + P
-    x_v : ndarray, (B, n, d_model): the tokens E[tokens]; with keys_see_tokens E[tokens] + P
+    x_v : ndarray, (B, n, d_model): the tokens E[tokens]; when the values see positions, E[tokens] + P
 
     Examples
     --------
@@ -135,12 +147,16 @@ def attention_inputs(model, tokens):
     >>> x_qk, x_v = attention_inputs(model, np.zeros((3, 4), dtype=int))
     >>> x_qk.shape, x_v.shape, bool(np.all(x_v == model.embed[0]))
     ((4, 8), (3, 4, 8), True)
+    >>> ablation = init_model(5, 4, 8, 2, keys_see_tokens=True, values_see_positions=False)
+    >>> x_qk, x_v = attention_inputs(ablation, np.zeros((3, 4), dtype=int))
+    >>> x_qk.shape, bool(np.all(x_v == ablation.embed[0]))
+    ((3, 4, 8), True)
     """
-    x_v = model.embed[tokens]  # (B, n) -> (B, n, d_model)
-    if model.keys_see_tokens:
-        x_v = x_v + model.pos  # (B, n, d_model) + (n, d_model)
-        return x_v, x_v
-    return model.pos, x_v
+    tokens_in = model.embed[tokens]  # (B, n) -> (B, n, d_model)
+    both = tokens_in + model.pos  # (B, n, d_model) + (n, d_model)
+    x_qk = both if model.keys_see_tokens else model.pos
+    x_v = both if model.values_with_positions else tokens_in
+    return x_qk, x_v
 
 
 def attention_inputs_backward(model, tokens, dx_qk, dx_v):
@@ -170,13 +186,17 @@ def attention_inputs_backward(model, tokens, dx_qk, dx_v):
            [2., 2.],
            [0., 0.]])
     """
+    d_tokens = dx_v  # (B, n, d_model): what reaches E[tokens]
+    d_pos = np.zeros_like(model.pos)  # (n, d_model)
+    if model.values_with_positions:
+        d_pos = d_pos + dx_v.sum(axis=0)  # x_v = E[tokens] + P: P is shared by the batch, (B, n, d) -> (n, d)
     if model.keys_see_tokens:
-        dx_v = dx_v + dx_qk  # x_qk and x_v are one array, E[tokens] + P: its two uses add up
-        d_pos = dx_v.sum(axis=0)  # (B, n, d_model) -> (n, d_model)
+        d_tokens = d_tokens + dx_qk  # x_qk = E[tokens] + P as well: its gradient reaches both
+        d_pos = d_pos + dx_qk.sum(axis=0)  # (B, n, d_model) -> (n, d_model)
     else:
-        d_pos = _sum_to_shape(dx_qk, model.pos.shape)  # x_qk = P itself, (n, d_model)
+        d_pos = d_pos + _sum_to_shape(dx_qk, model.pos.shape)  # x_qk = P itself, (n, d_model)
     d_embed = np.zeros_like(model.embed)
-    np.add.at(d_embed, tokens, dx_v)  # row tokens[b, i] of E receives dx_v[b, i]
+    np.add.at(d_embed, tokens, d_tokens)  # row tokens[b, i] of E receives d_tokens[b, i]
     return d_embed, d_pos
 
 
@@ -288,7 +308,7 @@ def loss_and_grads(model, tokens, targets):
     dx_q, dx_k, dx_v, d_attn = mha_backward(x_qk, x_qk, x_v, model.attn, d_y, mask)
     # backward of the embeddings; x_qk was used twice, as queries and as keys (eq-ch5-three-paths)
     d_embed, d_pos = attention_inputs_backward(model, tokens, dx_q + dx_k, dx_v)
-    return loss, TinyModel(d_embed, d_pos, d_attn, d_w_out, d_b_out, model.keys_see_tokens)
+    return loss, TinyModel(d_embed, d_pos, d_attn, d_w_out, d_b_out, model.keys_see_tokens, model.values_see_positions)
 
 
 # ---------------------------------------------------------------- training

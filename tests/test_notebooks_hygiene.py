@@ -241,10 +241,13 @@ NOT_COMPARED = {
     ("03_multi_head_attention.ipynb", "multihead-panel"): "panel",
     ("04_cost.ipynb", "timings-on-this-machine"): "timing",
     ("07_efficient_attention.ipynb", "peak-memory-measured"): "claims",
+    ("09_heads_across_processes.ipynb", "alpha-beta-fit"): "claims",
+    ("09_heads_across_processes.ipynb", "decode-versus-prompt"): "claims",
     ("10_what_heads_learn.ipynb", "train-one-and-two-heads"): "claims",
     ("10_what_heads_learn.ipynb", "relation-scores-of-trained-heads"): "claims",
     ("10_what_heads_learn.ipynb", "one-head-equal-and-unequal-tokens"): "claims",
     ("10_what_heads_learn.ipynb", "one-head-whose-keys-see-tokens"): "claims",
+    ("10_what_heads_learn.ipynb", "induction-train"): "claims",
 }
 
 

@@ -461,3 +461,119 @@ def test_a_shards_arrays_are_its_weights_and_biases_only():
     shard = shard_params(M.init_params(8, 4), 2, 0)
     assert list(shard.arrays()) == ["w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"]
     assert sum(a.size for a in shard.arrays().values()) == 4 * 8 * 4 + 3 * 4 + 8
+
+
+# ---------------------------------------------------------------- what each worker holds, and the alpha-beta model
+
+def holdings_by_sets(p):
+    """The ring all-reduce followed with Python sets of worker ranks, written from the algorithm's description:
+    worker r sends to r + 1; reduce-scatter step s: r sends chunk (r - s) mod p, which the receiver merges into
+    its copy; all-gather step s: r sends chunk (r + 1 - s) mod p, which the receiver replaces."""
+    held = [[{r} for _ in range(p)] for r in range(p)]
+    states = [[[set(c) for c in row] for row in held]]
+    for step in range(2 * (p - 1)):
+        gather = step >= p - 1
+        s = step - (p - 1) if gather else step
+        messages = [(r, (r + 1 - s) % p if gather else (r - s) % p) for r in range(p)]
+        sent = [(r, c, set(held[r][c])) for r, c in messages]
+        for r, c, terms in sent:
+            receiver = held[(r + 1) % p]
+            receiver[c] = terms if gather else receiver[c] | terms
+        states.append([[set(c) for c in row] for row in held])
+    return states
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5])
+def test_ring_holdings_follow_the_algorithm_step_by_step(p):
+    holdings = M.parallel.ring_holdings(p)
+    assert holdings.shape == (2 * (p - 1) + 1, p, p)
+    for step, state in enumerate(holdings_by_sets(p)):
+        for r in range(p):
+            for c in range(p):
+                assert holdings[step, r, c] == sum(2 ** w for w in state[r][c]), (step, r, c)
+    full = 2 ** p - 1
+    assert [int(np.flatnonzero(holdings[p - 1, r] == full)[0]) for r in range(p)] == [(r + 1) % p for r in range(p)]
+    assert (holdings[-1] == full).all()
+
+
+def test_ring_allreduce_history_starts_with_the_inputs_and_ends_with_the_results(rng):
+    arrays = [rng.normal(size=(2, 3)) for _ in range(3)]
+    results, sent, states = ring_allreduce(arrays, history=True)
+    assert states.shape == (5, 3, 2, 3)
+    np.testing.assert_array_equal(states[0], np.stack(arrays))
+    np.testing.assert_array_equal(states[-1], np.stack(results))
+    np.testing.assert_allclose(states[-1][1], np.sum(arrays, axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 3, 8])
+def test_allreduce_time_counts_2_p_minus_1_latencies_and_the_ring_bytes_over_the_bandwidth(p):
+    t_lat, r_link = 3e-6, 5e10
+    n_bytes = np.array([0.0, 1e3, 1e9])
+    expected = [2 * (p - 1) * t_lat + allreduce_bytes(int(max(b, 1)), p, 1) / r_link if b else 2 * (p - 1) * t_lat
+                for b in n_bytes]
+    np.testing.assert_allclose(M.parallel.allreduce_time(n_bytes, p, t_lat, r_link), expected, rtol=1e-12)
+    assert isinstance(M.parallel.allreduce_time(1e3, p, t_lat, r_link), float)
+
+
+def test_fit_alpha_beta_recovers_known_rates_and_weighs_every_size_alike(rng):
+    sizes = 4.0 * 4 ** np.arange(11)
+    for p, t_lat, r_link in [(2, 1.2e-4, 2e9), (4, 5e-6, 4e11)]:
+        exact = M.parallel.allreduce_time(sizes, p, t_lat, r_link)
+        assert M.parallel.fit_alpha_beta(sizes, exact, p) == pytest.approx((t_lat, r_link), rel=1e-9)
+        noisy = exact * np.exp(rng.normal(scale=0.05, size=sizes.size))  # 5 % noise on every size
+        fitted = M.parallel.fit_alpha_beta(sizes, noisy, p)
+        assert fitted == pytest.approx((t_lat, r_link), rel=0.15)
+    # relative weighting: a large error on the largest size must not swamp the latency
+    skewed = M.parallel.allreduce_time(sizes, 2, 1e-4, 1e9)
+    skewed[-1] *= 1.5
+    assert M.parallel.fit_alpha_beta(sizes, skewed, 2)[0] == pytest.approx(1e-4, rel=0.1)
+
+
+def test_alpha_beta_bad_input_names_the_numbers():
+    with pytest.raises(ValueError, match="alpha >= 0 and beta > 0, got alpha = 1e-06, beta = 0"):
+        M.parallel.allreduce_time(10, 2, 1e-6, 0)
+    with pytest.raises(ValueError, match=r"same length >= 2, got shapes \(3,\) and \(2,\)"):
+        M.parallel.fit_alpha_beta([1, 2, 3], [1, 2], 2)
+    with pytest.raises(ValueError, match="p >= 2 workers \\(got 1\\)"):
+        M.parallel.fit_alpha_beta([1, 2], [1, 2], 1)
+    with pytest.raises(ValueError, match="bandwidth is not positive"):
+        M.parallel.fit_alpha_beta([1, 1e6], [2e-3, 1e-3], 2)
+
+
+def test_the_stored_gloo_times_fit_the_model_within_a_factor_of_two():
+    rows = [line.split(",") for line in M.notebook.read_result("allreduce_gloo.csv").split()]
+    assert rows[0] == ["bytes", "median_seconds", "min_seconds"]
+    sizes, median, fastest = (np.array(c, dtype=float) for c in zip(*rows[1:]))
+    assert np.all(fastest <= median) and sizes.size >= 8
+    t_lat, r_link = M.parallel.fit_alpha_beta(sizes, fastest, 2)
+    assert t_lat > 0 and r_link > 0
+    assert np.all(np.abs(np.log(M.parallel.allreduce_time(sizes, 2, t_lat, r_link) / fastest)) < np.log(2))
+    assert "Machine:" in M.notebook.read_result("allreduce_gloo.md")
+
+
+def test_time_allreduce_runs_on_two_gloo_processes_and_reports_every_size():
+    result = M.distributed.time_allreduce(2, sizes=(1, 1024), repeats=3, timeout=120)
+    assert result["num_workers"] == 2 and result["bytes"] == [4, 4096]
+    assert all(0 < fast <= med < 10 for fast, med in zip(result["min_seconds"], result["seconds"]))
+    assert multiprocessing.active_children() == []
+    with pytest.raises(ValueError, match="repeats must be a positive integer, got 0"):
+        M.distributed.time_allreduce(2, repeats=0)
+
+
+def test_split_head_work_exercise_right_and_wrong():
+    B, n, m, h, d = 4, 2048, 2048, 32, 4096
+    work = 2 * B * n * m * (d // h)
+    assert M.exercises.check_split_head_work((work, work)).ok
+    assert M.exercises.check_split_head_work([float(work), np.int64(work)]).ok
+    cases = {
+        "duplicated, not halved": (work, work // 2),
+        "a multiply-add is 2 FLOPs": (work // 2, work // 2),
+        "batch is missing": (work // B, work // B),
+        "all h heads' scores": (2 * B * n * m * d, 2 * B * n * m * d),
+        "h / p = 1 head": (work * h, work),
+        "give two numbers": "two numbers",
+        "flops is None": None,
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_split_head_work(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)

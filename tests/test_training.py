@@ -84,9 +84,10 @@ def test_tokens_are_seeded_and_use_the_whole_vocabulary():
 # ---------------------------------------------------------------- gradients and the optimiser
 
 
-def random_model(rng, vocab, n, d_model, num_heads, keys_see_tokens):
+def random_model(rng, vocab, n, d_model, num_heads, keys_see_tokens, values_see_positions=None):
     """A model with every parameter random, biases included (zero biases would hide a wrong bias gradient)."""
-    model = init_model(vocab, n, d_model, num_heads, seed=int(rng.integers(1000)), keys_see_tokens=keys_see_tokens)
+    model = init_model(vocab, n, d_model, num_heads, seed=int(rng.integers(1000)), keys_see_tokens=keys_see_tokens,
+                       values_see_positions=values_see_positions)
     for name, array in model.arrays().items():
         array[...] = rng.normal(scale=1 / math.sqrt(d_model) if name.startswith("attn") else 1.0, size=array.shape)
     return model
@@ -101,11 +102,11 @@ def torch_loss_and_grads(model, tokens, targets):
     layer = M.params_to_torch(model.attn)  # float64, batch_first
     tokens_t = torch.from_numpy(tokens)
     batch, n = tokens.shape
-    if model.keys_see_tokens:
-        x = embed[tokens_t] + pos
-        x_qk, x_v = x, x
-    else:
-        x_qk, x_v = pos.expand(batch, n, -1), embed[tokens_t]
+    # written from the definitions, not from attention_inputs: queries and keys see the tokens or not, values
+    # see the positions or not (by default they do exactly when the keys see the tokens)
+    values_see_positions = model.keys_see_tokens if model.values_see_positions is None else model.values_see_positions
+    x_qk = embed[tokens_t] + pos if model.keys_see_tokens else pos.expand(batch, n, -1)
+    x_v = embed[tokens_t] + pos if values_see_positions else embed[tokens_t]
     blocked = torch.from_numpy(~M.causal_mask(n))  # torch's boolean mask: True = may NOT attend
     y, _ = layer(x_qk, x_qk, x_v, attn_mask=blocked, need_weights=False)
     logits = (y @ w_out + b_out).reshape(batch, n, 2, model.vocab)
@@ -113,14 +114,18 @@ def torch_loss_and_grads(model, tokens, targets):
                                              ignore_index=IGNORE)
     loss.backward()
     grads = TinyModel(embed.grad.numpy(), pos.grad.numpy(), grads_from_torch(layer), w_out.grad.numpy(),
-                      b_out.grad.numpy(), model.keys_see_tokens)
+                      b_out.grad.numpy(), model.keys_see_tokens, model.values_see_positions)
     return float(loss.detach()), grads
 
 
+INPUTS = [(False, None), (True, None), (True, False), (False, True)]  # (keys_see_tokens, values_see_positions)
+
+
 @pytest.mark.parametrize("num_heads", [1, 2])
-@pytest.mark.parametrize("keys_see_tokens", [False, True])
-def test_gradients_match_torch_autograd(rng, num_heads, keys_see_tokens):
-    model = random_model(rng, vocab=5, n=6, d_model=8, num_heads=num_heads, keys_see_tokens=keys_see_tokens)
+@pytest.mark.parametrize("keys_see_tokens, values_see_positions", INPUTS)
+def test_gradients_match_torch_autograd(rng, num_heads, keys_see_tokens, values_see_positions):
+    model = random_model(rng, vocab=5, n=6, d_model=8, num_heads=num_heads, keys_see_tokens=keys_see_tokens,
+                         values_see_positions=values_see_positions)
     tokens, targets = make_task(4, 6, 5, 3, seed=int(rng.integers(1000)))
     loss, grads = loss_and_grads(model, tokens, targets)
     torch_loss, torch_grads = torch_loss_and_grads(model, tokens, targets)
@@ -131,9 +136,10 @@ def test_gradients_match_torch_autograd(rng, num_heads, keys_see_tokens):
         close(ours[name], theirs[name], scale=largest(theirs))
 
 
-@pytest.mark.parametrize("keys_see_tokens", [False, True])
-def test_gradients_match_finite_differences(rng, keys_see_tokens):
-    model = random_model(rng, vocab=3, n=4, d_model=4, num_heads=2, keys_see_tokens=keys_see_tokens)
+@pytest.mark.parametrize("keys_see_tokens, values_see_positions", INPUTS)
+def test_gradients_match_finite_differences(rng, keys_see_tokens, values_see_positions):
+    model = random_model(rng, vocab=3, n=4, d_model=4, num_heads=2, keys_see_tokens=keys_see_tokens,
+                         values_see_positions=values_see_positions)
     tokens, targets = make_task(3, 4, 3, 2, seed=int(rng.integers(1000)))
     _, grads = loss_and_grads(model, tokens, targets)
     numeric = {}
@@ -310,6 +316,14 @@ def test_weights_depend_on_positions_only_unless_keys_see_tokens():
     model.keys_see_tokens = True
     _, weights = forward(model, tokens)
     assert weights.shape == (3, 2, 6, 6) and not np.allclose(weights[0], weights[1])
+    assert model.values_with_positions   # by default the values follow the keys
+    x_qk, x_v = M.training.attention_inputs(model, tokens)
+    np.testing.assert_array_equal(x_v, model.embed[tokens] + model.pos)
+    model.values_see_positions = False   # the ablation: the same weights, values without positions
+    x_qk_ablated, x_v = M.training.attention_inputs(model, tokens)
+    np.testing.assert_array_equal(x_qk_ablated, x_qk)
+    np.testing.assert_array_equal(x_v, model.embed[tokens])
+    np.testing.assert_array_equal(forward(model, tokens)[1], weights)
 
 
 def test_relation_score_against_a_loop(rng):
@@ -472,7 +486,7 @@ def learner_head_weights(weights, segment, swap_pq=False, every=False, transpose
 def test_head_weights_exercise():
     assert M.exercises.check_head_weights(learner_head_weights).ok
     cases = {
-        "p and q are swapped": lambda w, s: learner_head_weights(w, s, swap_pq=True),
+        "w_prev and w_first are swapped": lambda w, s: learner_head_weights(w, s, swap_pq=True),
         "heads are swapped": lambda w, s: tuple(a[::-1] for a in learner_head_weights(w, s)),
         "one row per head": lambda w, s: tuple(a.T for a in learner_head_weights(w, s)),
         "query and key are swapped": lambda w, s: learner_head_weights(w, s, transpose=True),

@@ -190,3 +190,45 @@ def check_split_head_counts(counts):
     ]
     return compare(pair[1], output, output_mistakes, what="your output count", rtol=1e-9,
                    right=f"B h n m = {scores:,} partial scores; B n d_model = {output:,} outputs.")
+
+
+def check_split_head_work(flops):
+    """Check ``flops = (at_p_equal_h, at_p_equal_2h)`` of exercise 4: one worker's FLOPs for the scores QKᵀ.
+
+    At p = h a worker holds one head and computes its scores, 2 B n m d_k FLOPs (a multiply-add is 2).
+    At p = 2h, after the two workers of a head have exchanged their halves of q and k, each holds the
+    head's complete q and k and computes every one of its scores again: the same 2 B n m d_k, duplicated,
+    not split. Sizes: B = 4, n = m = 2048, h = 32, d_model = 4096.
+
+    >>> import mha_lessons as M
+    >>> work = 2 * 4 * 2048 * 2048 * 128
+    >>> M.exercises.check_split_head_work((work, work))
+    Right: 2 B n m d_k = 4,294,967,296 FLOPs at p = h, and the same at p = 2h: twice the workers, no less score work each.
+    """
+    B, n, m, h, d_model = (SPLIT_QUESTION[k] for k in ("B", "n", "m", "h", "d_model"))
+    d_k = d_model // h
+    work = 2 * B * n * m * d_k
+    try:
+        pair = np.asarray(flops, dtype=float)
+    except (TypeError, ValueError):
+        return Verdict(False, f"give two numbers, (at_p_equal_h, at_p_equal_2h); got {flops!r}.")
+    if flops is None or pair.shape != (2,):
+        return compare(flops, [work, work], what="flops")
+    mistakes = [
+        (work / 2, "a multiply-add is 2 FLOPs: the scores of one head take 2 B n m d_k."),
+        (2 * n * m * d_k, "the batch is missing: each of the B sequences has its own scores."),
+        (2 * B * n * m * d_model, "that is all h heads' scores (d_model = h d_k): at p = h each worker holds "
+                                  "h / p = 1 head, whose scores are dot products over its d_k features."),
+    ]
+    verdict = compare(pair[0], work, mistakes, what="your count at p = h", rtol=1e-9)
+    if not verdict:
+        return verdict
+    if np.isclose(pair[1], work / 2, rtol=1e-9):
+        return Verdict(False, "at p = 2h, once the two workers have exchanged their halves of q and k, each holds "
+                              "the head's complete q and k and computes all of its n m scores: the work is "
+                              "duplicated, not halved.")
+    verdict = compare(pair[1], work, mistakes, what="your count at p = 2h", rtol=1e-9)
+    if not verdict:
+        return verdict
+    return Verdict(True, f"2 B n m d_k = {work:,} FLOPs at p = h, and the same at p = 2h: twice the workers, "
+                         f"no less score work each.")

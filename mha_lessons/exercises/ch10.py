@@ -129,10 +129,10 @@ def check_both_right(my_both_right):
 
 
 def check_head_weights(head_weights):
-    """Check ``head_weights(weights, segment)``: ``(p, q)``, each (h, k), at the k distinct query positions.
+    """Check ``head_weights(weights, segment)``: ``(w_prev, w_first)``, each (h, k), at the k distinct query positions.
 
-    ``weights`` is (h, n, n), rows are queries. ``p[l, j]`` is head l's weight on the previous token and
-    ``q[l, j]`` its weight on the first token of the segment, at the j-th position of
+    ``weights`` is (h, n, n), rows are queries. ``w_prev[l, j]`` is head l's weight ω_prev on the previous token and
+    ``w_first[l, j]`` its weight ω_first on the first token of the segment, at the j-th position of
     ``distinct_queries``. Called on random causal weights, h = 2, in the chapter's task: n = 12 positions in
     segments of 4 (``make_task``'s defaults).
 
@@ -142,7 +142,7 @@ def check_head_weights(head_weights):
     ...     queries = np.flatnonzero(M.task.distinct_queries(weights.shape[-1], segment))
     ...     return weights[:, queries, previous[queries]], weights[:, queries, first[queries]]
     >>> M.exercises.check_head_weights(head_weights)
-    Right: p and q of both heads, at the 8 positions of n = 12 where the relations differ.
+    Right: w_prev and w_first of both heads, at the 8 positions of n = 12 where the relations differ.
     """
     h, n, segment = 2, 12, 4  # the chapter's task, make_task's defaults
     scores = np.random.default_rng(10).normal(scale=2.0, size=(h, n, n))  # (h, n, n)
@@ -160,16 +160,17 @@ def check_head_weights(head_weights):
     expected = pair(queries, previous[queries], first[queries])  # (2, h, k)
     keys_rows = np.stack([weights[:, previous[queries], queries], weights[:, first[queries], queries]])
     mistakes = [
-        (expected[::-1], "p and q are swapped: p is the weight on the previous token, q on the first one."),
-        (expected[:, ::-1], "the heads are swapped: row l of p and q belongs to head l."),
+        (expected[::-1], "w_prev and w_first are swapped: w_prev is the weight on the previous token, w_first on "
+                          "the first one."),
+        (expected[:, ::-1], "the heads are swapped: row l of w_prev and w_first belongs to head l."),
         (expected.transpose(0, 2, 1), "each array is (k, h); make it (h, k), one row per head."),
         (keys_rows, "query and key are swapped: weights[head, query, key], rows are the queries."),
-        (pair(queries, queries, first[queries]), "p is the weight of each query on itself; the previous "
+        (pair(queries, queries, first[queries]), "w_prev is the weight of each query on itself; the previous "
                                                  "token is at i - 1."),
         (pair(every, previous, first), "this keeps every position; keep only the distinct_queries, where "
                                        "the relations differ."),
         (pair(every[1:], previous[1:], first[1:]), "this keeps every position after the first; keep only "
                                                    "the distinct_queries, where the relations differ."),
     ]
-    return compare(answer, expected, mistakes, what="your (p, q)",
-                   right=f"p and q of both heads, at the {len(queries)} positions of n = {n} where the relations differ.")
+    return compare(answer, expected, mistakes, what="your (w_prev, w_first)",
+                   right=f"w_prev and w_first of both heads, at the {len(queries)} positions of n = {n} where the relations differ.")
