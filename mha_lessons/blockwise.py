@@ -133,14 +133,29 @@ def _mask_tile(mask, rows, cols):
     return mask
 
 
-def _block_forbidden(scores, mask, rows, cols, causal):
+def _block_forbidden(scores, mask, rows, cols, causal, window=None):
     """Set to -inf, in place, the scores of a (..., t, b) tile that the mask or causality forbids."""
     allowed = None if mask is None else _mask_tile(mask, rows, cols)
     if causal:
-        future_ok = np.arange(rows.start, rows.stop)[:, None] >= np.arange(cols.start, cols.stop)  # (t, b)
+        gap = np.arange(rows.start, rows.stop)[:, None] - np.arange(cols.start, cols.stop)  # (t, b): i - j
+        future_ok = (gap >= 0) if window is None else (gap >= 0) & (gap < window)  # and inside the window
         allowed = future_ok if allowed is None else allowed & future_ok
     if allowed is not None:
         np.copyto(scores, -np.inf, where=~allowed)  # weight exp(-inf) = 0
+
+
+def _check_window(window):
+    """True when a sliding window is given (a positive integer), False for None; ValueError otherwise."""
+    if window is None:
+        return False
+    if not is_int(window) or window < 1:
+        raise ValueError(f"window must be a positive integer (the keys each query sees), got {window!r}")
+    return True
+
+
+def _older_than_window(rows, cols, window):
+    """True when every key of ``cols`` is older than the window of every query of ``rows``."""
+    return window is not None and cols.stop - 1 < rows.start - window + 1
 
 
 def _check_blockwise_inputs(q, k, v, mask, block_size, query_block):
@@ -153,7 +168,7 @@ def _check_blockwise_inputs(q, k, v, mask, block_size, query_block):
     return q, k, v, mask, block_size, tile
 
 
-def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False):
+def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False, window=None):
     """softmax(q kᵀ / √d_k) v computed over blocks of keys, never holding the (..., n, m) weights.
 
     The output of ``blockwise_attention_with_lse``, which documents the arguments.
@@ -169,10 +184,11 @@ def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None,
     ((2, 5, 3), True)
     """
     return blockwise_attention_with_lse(q, k, v, mask, block_size=block_size, query_block=query_block,
-                                        causal=causal)[0]
+                                        causal=causal, window=window)[0]
 
 
-def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False):
+def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False,
+                                 window=None):
     """Block-wise attention (``blockwise_attention``) and the log-sum-exp of each query's scores.
 
     The log-sum-exp (eq-ch7-lse) is what a backward pass keeps instead of the weights, from which
@@ -191,6 +207,11 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
         ``mask`` if both are given), computed tile by tile; key blocks entirely in the future of a
         query tile are skipped, never read (so, unlike in the plain version, a NaN in such a value
         does not reach that tile's outputs).
+    window : int, optional
+        Causal sliding-window attention (implies ``causal``): query i attends to keys j with
+        0 <= i - j < window, like ``mask=M.masks.sliding_window_mask(n, m, window=window)``; key
+        blocks entirely older than the window of every query of a tile are skipped too
+        (``tiles_computed`` counts the tiles that remain).
 
     Returns
     -------
@@ -210,6 +231,7 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
     ((2, 5), True)
     """
     q, k, v, mask, block_size, tile = _check_blockwise_inputs(q, k, v, mask, block_size, query_block)
+    causal = _check_window(window) or causal  # a window is causal
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -228,12 +250,14 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
             if causal and j0 > rows.stop - 1:
                 break  # this block and every later one lie in the future of every query of the tile
             cols = slice(j0, min(j0 + block_size, m_keys))
+            if _older_than_window(rows, cols, window):
+                continue  # every key of this block is older than the window of every query of the tile
             # the scores of this tile against this block: the only (t, b) array
             s = q[..., rows, :] @ kt[..., :, cols]  # (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
             full = batch + s.shape[-2:]
             if s.shape != full:  # v (or the mask) has batch axes that q and k lack
                 s = np.broadcast_to(s, full).copy()  # (..., t, b) -> (batch, t, b)
-            _block_forbidden(s, mask, rows, cols, causal)  # forbidden pairs: score -inf, weight 0
+            _block_forbidden(s, mask, rows, cols, causal, window)  # forbidden pairs: score -inf, weight 0
             m_new = np.maximum(m_run, s.max(axis=-1, keepdims=True))  # eq-ch7-running-max, (..., t, 1)
             shift = shift_for_exp(m_new)  # m_new, or 0 for rows that have seen only masked keys
             s -= shift
@@ -261,7 +285,7 @@ def _sum_to_batch(grad, shape):
 
 
 def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_size=128, query_block=None,
-                                 causal=False):
+                                 causal=False, window=None):
     """Gradients of ``blockwise_attention`` with respect to q, k and v, tile by tile, without the (n, m) weights.
 
     The backward of chapter 5 needs the weights A and, for the softmax, the row sums
@@ -275,7 +299,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
 
     Parameters
     ----------
-    q, k, v, mask, block_size, query_block, causal
+    q, k, v, mask, block_size, query_block, causal, window
         As given to ``blockwise_attention`` (the mask and ``causal`` must be the same).
     out : array_like, (..., n, d_v)
         The forward's output.
@@ -303,6 +327,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     True
     """
     q, k, v, mask, block_size, tile = _check_blockwise_inputs(q, k, v, mask, block_size, query_block)
+    causal = _check_window(window) or causal  # a window is causal
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -330,11 +355,11 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
         k_blk, v_blk = kf[..., cols, :], vf[..., cols, :]  # (..., b, d_k), (..., b, d_v)
         for i0 in range(0, n, tile):  # query tiles
             rows = slice(i0, min(i0 + tile, n))
-            if causal and j0 > rows.stop - 1:
-                continue  # every key of this block lies in the future of every query of the tile
+            if causal and j0 > rows.stop - 1 or _older_than_window(rows, cols, window):
+                continue  # every key of this block lies in the future of (or too far back for) every query
             # the forward's scores of this tile, (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
             p = (qf[..., rows, :] * scale) @ np.swapaxes(k_blk, -1, -2)
-            _block_forbidden(p, mask, rows, cols, causal)  # forbidden pairs: score -inf, weight 0
+            _block_forbidden(p, mask, rows, cols, causal, window)  # forbidden pairs: score -inf, weight 0
             p -= lse_col[..., rows, :]
             np.exp(p, out=p)  # eq-ch7-recompute: p_ij = exp(s_ij - lse_i), the weights of this tile, (..., t, b)
             do_t = d_out[..., rows, :]  # (..., t, d_v)
@@ -347,3 +372,134 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
             dk[..., cols, :] += np.swapaxes(ds, -1, -2) @ qf[..., rows, :]  # eq-ch5-dk: (..., b, t) @ (..., t, d_k)
             del p, ds  # free this tile before the next one exists
     return _sum_to_batch(dq, q.shape), _sum_to_batch(dk, k.shape), _sum_to_batch(dv, v.shape)
+
+
+# ---------------------------------------------------------------- counting tiles, and splitting the keys
+
+def tiles_computed(n, m, block_size, query_block=None, *, causal=False, window=None):
+    """How many (query tile, key block) pairs ``blockwise_attention`` computes; the others it skips.
+
+    The same rules as the pass itself: with ``causal`` a key block in the future of every query
+    of a tile is skipped, with ``window`` also a block older than every query's window.
+
+    Examples
+    --------
+    >>> tiles_computed(8, 8, 2, 2), tiles_computed(8, 8, 2, 2, causal=True), tiles_computed(8, 8, 2, 2, window=2)
+    (16, 10, 7)
+    """
+    for name, value in (("n", n), ("m", m)):
+        if not is_int(value) or value < 1:
+            raise ValueError(f"tiles_computed needs positive integer sizes, got {name} = {value!r}")
+    block_size = _check_block(block_size, "block_size")
+    tile = n if query_block is None else _check_block(query_block, "query_block")
+    causal = _check_window(window) or causal
+    count = 0
+    for i0 in range(0, n, tile):
+        rows = slice(i0, min(i0 + tile, n))
+        for j0 in range(0, m, block_size):
+            cols = slice(j0, min(j0 + block_size, m))
+            count += not (causal and j0 > rows.stop - 1 or _older_than_window(rows, cols, window))
+    return count
+
+
+def attention_state(q, k, v, mask=None):
+    """The running state (s_max, z, acc) of eq-ch7-state and eq-ch7-running-acc for one chunk of keys.
+
+    For each query: ``s_max`` the largest allowed scaled score of the chunk (-inf if none),
+    ``z`` the sum of exp(score - s_max), ``acc`` the sum of exp(score - s_max) · value. Chunks
+    processed independently are combined by ``merge_states``; ``acc / z`` of the merged state is
+    the attention output over all the chunks' keys.
+
+    Parameters
+    ----------
+    q : array_like, (..., n, d_k)
+    k, v : array_like, (..., m_c, d_k) and (..., m_c, d_v): one chunk of keys and values
+    mask : array_like of bool, broadcastable to (..., n, m_c), optional
+
+    Returns
+    -------
+    s_max, z : ndarrays, (..., n, 1)
+    acc : ndarray, (..., n, d_v)
+
+    Examples
+    --------
+    >>> s_max, z, acc = attention_state(np.zeros((1, 2)), np.zeros((3, 2)), np.ones((3, 1)))
+    >>> float(s_max[0, 0]), float(z[0, 0]), float(acc[0, 0])     # three equal scores 0
+    (0.0, 3.0, 3.0)
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    s = q @ np.swapaxes(k, -1, -2) * (1 / math.sqrt(q.shape[-1]))  # (..., n, d_k) @ (..., d_k, m_c)
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)  # (..., n, m_c)
+    s_max = s.max(axis=-1, keepdims=True)  # (..., n, 1)
+    p = np.exp(s - shift_for_exp(s_max))  # (..., n, m_c); 0 where masked
+    return s_max, p.sum(axis=-1, keepdims=True), p @ v  # (..., n, 1), (..., n, 1), (..., n, d_v)
+
+
+def merge_states(*states):
+    """Merge the states (s_max, z, acc) of disjoint chunks of keys into the state of all of them.
+
+    Each part is brought to the common maximum by its rescale factor exp(s_max_part - s_max),
+    exactly as eq-ch7-running-sum and eq-ch7-running-acc bring the old state to a new block's
+    maximum; parts whose keys were all masked (s_max = -inf) contribute nothing.
+
+    Examples
+    --------
+    >>> a = (np.array([[1.0]]), np.array([[1.0]]), np.array([[2.0]]))   # one key: score 1, value 2
+    >>> b = (np.array([[1.0]]), np.array([[1.0]]), np.array([[4.0]]))   # one key: score 1, value 4
+    >>> s_max, z, acc = merge_states(a, b)
+    >>> float((acc / z)[0, 0])                                            # equal weights: the mean
+    3.0
+    """
+    if not states:
+        raise ValueError("merge_states needs at least one state")
+    s_max = np.maximum.reduce([state[0] for state in states])  # (..., n, 1)
+    shift = shift_for_exp(s_max)
+    z, acc = 0, 0
+    for part_max, part_z, part_acc in states:
+        rescale = np.exp(part_max - shift)  # exp(s_max_part - s_max) <= 1; 0 for an empty part
+        z, acc = z + rescale * part_z, acc + rescale * part_acc
+    return s_max, z, acc
+
+
+def split_kv_attention(q, k, v, mask=None, *, num_splits):
+    """Attention with the keys split into ``num_splits`` chunks processed independently, then merged.
+
+    Flash-Decoding's split over the keys: when one query (a decoding step) meets a long cache, the
+    chunks of the cache can be processed in parallel, each giving a state (``attention_state``),
+    and the states are merged (``merge_states``). Equal to ``scaled_dot_product_attention(q, k, v,
+    mask)[0]`` up to rounding; a query that sees no key gets zeros.
+
+    Parameters
+    ----------
+    q, k, v, mask : as in ``M.scaled_dot_product_attention``
+    num_splits : int
+        Number of chunks of keys, 1 .. m (the last one may be shorter).
+
+    Returns
+    -------
+    out : ndarray, (..., n, d_v)
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(1, 4)), rng.normal(size=(10, 4)), rng.normal(size=(10, 3))
+    >>> from mha_lessons import scaled_dot_product_attention
+    >>> bool(np.allclose(split_kv_attention(q, k, v, num_splits=3), scaled_dot_product_attention(q, k, v)[0]))
+    True
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    m_keys = k.shape[-2]
+    if not is_int(num_splits) or not 1 <= num_splits <= m_keys:
+        raise ValueError(f"num_splits must be an integer from 1 to m = {m_keys} (k of shape {k.shape}), "
+                         f"got {num_splits!r}")
+    if mask is not None and mask.ndim < 2:
+        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # (m,) -> (1, m)
+    chunk = -(-m_keys // num_splits)  # keys per chunk, rounded up
+    states = []
+    for j0 in range(0, m_keys, chunk):
+        cols = slice(j0, min(j0 + chunk, m_keys))
+        part_mask = None if mask is None else (mask if mask.shape[-1] == 1 else mask[..., cols])
+        states.append(attention_state(q, k[..., cols, :], v[..., cols, :], part_mask))  # independent
+    _, z, acc = merge_states(*states)
+    return acc / np.where(z == 0, 1, z)  # (..., n, d_v); a query that sees nothing: 0 / 1
