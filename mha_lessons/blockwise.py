@@ -2,19 +2,22 @@
 
 Axis names as in ``attention.py`` (``...`` batch, ``n`` queries, ``m`` keys, ``d_k``, ``d_v``), and
 
-    b      keys per block (``block_size``): the key axis is cut into blocks of b keys
-    t      queries per tile (``query_block``; all n queries when it is None)
+    b      keys per block (``block_size``, m_blk in chapter 7): the key axis is cut into blocks of b keys
+    t      queries per tile (``query_block``, n_blk in chapter 7; all n queries when it is None)
+    u      the number of a key block (chapter 7's u)
 
 The block-wise pass keeps three running quantities per query row and updates them as each block of
-keys arrives (chapter 7 derives them; the comments name its equations):
+keys arrives (chapter 7 derives them, with the names in brackets; the comments name its equations):
 
-    m      the largest score seen so far                      (..., t, 1)
-    l      the sum of exp(score - m) over the keys seen        (..., t, 1)
-    acc    the sum of exp(score - m) · value over those keys   (..., t, d_v)
+    s_max  the largest scaled score seen so far (s̃_max,u)                  (..., t, 1)
+    z      the sum of exp(score - s_max) over the keys seen (Z_u)          (..., t, 1)
+    acc    the sum of exp(score - s_max) · value over those keys (acc_u)   (..., t, d_v)
 
-When a block brings a larger maximum, the old l and acc are multiplied by exp(m_old - m_new), which
-turns them into sums relative to the new maximum. At the end ``acc / l`` is exactly softmax · V, but
-the largest array that ever existed was one (..., t, b) block of scores, never the (..., n, m) weights.
+``online_softmax_steps`` and ``attention_state`` use these names; inside ``blockwise_attention_with_lse``
+they are ``m_run`` and ``l_run`` (the running s_max and z of a tile). When a block brings a larger
+maximum, the old z and acc are multiplied by exp(s_max_old - s_max_new), which turns them into sums
+relative to the new maximum. At the end ``acc / z`` is exactly softmax · V, but the largest array that
+ever existed was one (..., t, b) block of scores, never the (..., n, m) weights.
 
 The backward pass (``blockwise_attention_backward``) works tile by tile too. From the output and the
 log-sum-exp that the forward kept it gets, per query row,
@@ -62,15 +65,15 @@ def online_softmax_steps(x, block_size):
     ------
     stop : int
         The blocks seen so far cover ``x[..., :stop]``.
-    m : ndarray, (..., 1)
-        Running maximum, eq-ch7-running-max: the largest entry of ``x[..., :stop]``.
-    l : ndarray, (..., 1)
-        Running sum, eq-ch7-running-sum: ``sum(exp(x[..., :stop] - m))``.
+    s_max : ndarray, (..., 1)
+        Running maximum s̃_max,u, eq-ch7-running-max: the largest entry of ``x[..., :stop]``.
+    z : ndarray, (..., 1)
+        Running sum Z_u, eq-ch7-running-sum: ``sum(exp(x[..., :stop] - s_max))``.
 
     Examples
     --------
-    >>> for stop, m, l in online_softmax_steps(np.array([1.0, 3.0, 2.0]), block_size=2):
-    ...     print(stop, m, l.round(4))
+    >>> for stop, s_max, z in online_softmax_steps(np.array([1.0, 3.0, 2.0]), block_size=2):
+    ...     print(stop, s_max, z.round(4))
     2 [3.] [1.1353]
     3 [3.] [1.5032]
     """
@@ -78,23 +81,23 @@ def online_softmax_steps(x, block_size):
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"x of shape {x.shape} has no entries along its last axis; the softmax needs at least one")
     block_size = _check_block(block_size, "block_size")
-    m = np.full(x.shape[:-1] + (1,), -np.inf, dtype=x.dtype)  # (..., 1) nothing seen yet
-    l = np.zeros(x.shape[:-1] + (1,), dtype=x.dtype)  # (..., 1)
-    for start in range(0, x.shape[-1], block_size):
+    s_max = np.full(x.shape[:-1] + (1,), -np.inf, dtype=x.dtype)  # (..., 1) nothing seen yet: s̃_max,0
+    z = np.zeros(x.shape[:-1] + (1,), dtype=x.dtype)  # (..., 1): Z_0
+    for start in range(0, x.shape[-1], block_size):  # block u = start // block_size + 1
         block = x[..., start:start + block_size]  # (..., b)
-        m_new = np.maximum(m, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
-        shift = shift_for_exp(m_new)
+        s_max_new = np.maximum(s_max, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
+        shift = shift_for_exp(s_max_new)
         # eq-ch7-running-sum: rescale the old sum to the new maximum, then add the block's terms
-        l = l * np.exp(m - shift) + np.exp(block - shift).sum(axis=-1, keepdims=True)
-        m = m_new
-        yield min(start + block_size, x.shape[-1]), m.copy(), l.copy()
+        z = z * np.exp(s_max - shift) + np.exp(block - shift).sum(axis=-1, keepdims=True)
+        s_max = s_max_new
+        yield min(start + block_size, x.shape[-1]), s_max.copy(), z.copy()
 
 
 def online_softmax(x, block_size=128, axis=-1):
     """Softmax along ``axis``, normalised by a running maximum and sum computed block by block.
 
     One pass over the blocks finds the maximum and the sum together (eq-ch7-running-max and
-    eq-ch7-running-sum); a second pass writes exp(x - m) / l. The plain stable softmax needs three
+    eq-ch7-running-sum); a second pass writes exp(x - s_max) / z. The plain stable softmax needs three
     passes (maximum, sum, division). The result equals ``M.softmax(x, axis)`` up to rounding.
 
     Parameters
@@ -118,10 +121,10 @@ def online_softmax(x, block_size=128, axis=-1):
     x = as_float_array(x, "x")
     require_softmax_axis(x, axis)
     rows = np.moveaxis(x, axis, -1)  # (..., m): the softmax axis last (a view)
-    for _, m, l in online_softmax_steps(rows, block_size):
+    for _, s_max, z in online_softmax_steps(rows, block_size):
         pass  # the state after the last block
-    l[l == 0] = 1  # only all -inf rows sum to 0; their exp(-inf) = 0 entries stay 0
-    return np.moveaxis(np.exp(rows - shift_for_exp(m)) / l, -1, axis)  # eq-ch7-final, back to x's layout
+    z[z == 0] = 1  # only all -inf rows sum to 0; their exp(-inf) = 0 entries stay 0
+    return np.moveaxis(np.exp(rows - shift_for_exp(s_max)) / z, -1, axis)  # eq-ch7-final, back to x's layout
 
 
 def _mask_tile(mask, rows, cols):

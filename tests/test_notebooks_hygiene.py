@@ -241,6 +241,7 @@ NOT_COMPARED = {
     ("03_multi_head_attention.ipynb", "multihead-panel"): "panel",
     ("04_cost.ipynb", "timings-on-this-machine"): "timing",
     ("07_efficient_attention.ipynb", "peak-memory-measured"): "claims",
+    ("07_efficient_attention.ipynb", "sliding-window-measured"): "claims",
     ("10_what_heads_learn.ipynb", "train-one-and-two-heads"): "claims",
     ("10_what_heads_learn.ipynb", "relation-scores-of-trained-heads"): "claims",
     ("10_what_heads_learn.ipynb", "one-head-equal-and-unequal-tokens"): "claims",
