@@ -78,8 +78,8 @@ def check_running_max_sum(running_max_sum):
     with np.errstate(over="ignore", invalid="ignore"):
         mistakes = [
             (streamed(lambda old, new: 1.0),
-             "the old sum was not rescaled: when the maximum grows from s_max_old to s_max_new, multiply the sum so far "
-             "by exp(s_max_old - s_max_new) before adding the new block's terms."),
+             "the old sum was not rescaled: when the maximum grows from s_max_old to s_max_new, multiply the sum "
+             "so far by exp(s_max_old - s_max_new) before adding the new block's terms."),
             (streamed(lambda old, new: math.exp(new - old) if old > -np.inf else 0.0),
              "the rescale factor is upside down: the old terms exp(s - s_max_old) become exp(s - s_max_new) when "
              "multiplied by exp(s_max_old - s_max_new), which is at most 1."),
@@ -153,9 +153,11 @@ def check_merge_states(merge):
          "the rescale factors are upside down: a part's sums become relative to s_max when multiplied by "
          "exp(s_max_part - s_max), which is at most 1."),
         (np.concatenate([merged(x, y, down, one) for x, y in pairs]),
-         "only part a was rescaled: part b's sums also need exp(s_max_b - s_max) (it is 1 only when s_max_b is the larger)."),
+         "only part a was rescaled: part b's sums also need exp(s_max_b - s_max) (it is 1 only when s_max_b "
+         "is the larger)."),
         (np.concatenate([merged(x, y, one, down) for x, y in pairs]),
-         "only part b was rescaled: part a's sums also need exp(s_max_a - s_max) (it is 1 only when s_max_a is the larger)."),
+         "only part b was rescaled: part a's sums also need exp(s_max_a - s_max) (it is 1 only when s_max_a "
+         "is the larger)."),
     ]
     answers = []
     for first, second in pairs + [(a, empty), (empty, empty)]:
@@ -181,7 +183,8 @@ def check_merge_states(merge):
         return verdict
     if np.isnan(answers[3]).any():
         return Verdict(False, "two empty parts (s_max = -inf, z = 0: every key masked) give nan: with s_max = -inf, "
-                              "exp(s_max_a - s_max) is exp(-inf + inf) = exp(nan). Subtract 0 instead of s_max when s_max is -inf.")
+                              "exp(s_max_a - s_max) is exp(-inf + inf) = exp(nan). Subtract 0 instead of s_max "
+                              "when s_max is -inf.")
     verdict = compare(answers[3], flat(empty), what="the merged state of two parts whose keys are all masked")
     if not verdict:
         return verdict
