@@ -207,3 +207,26 @@ def test_mla_cache_is_the_latent_and_the_rotary_key_per_token():
         latent.cache_bytes(1, 1, 8, d_rope=-1)
     with pytest.raises(ValueError):
         latent.MLAParams(2, np.ones((4, 4)), np.ones((4, 3)), np.ones((2, 4)), np.ones((3, 4)), np.ones((4, 4)))
+
+
+# ---------------------------------------------------------------- bad input names what is wrong
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: sliding_window_mask(3, window=0), "window"),
+    (lambda: sliding_window_mask(0, window=2), "n = 0"),
+    (lambda: sliding_window_mask(3, window=2, align="middle"), "align"),
+    (lambda: unmask_empty_rows(np.ones(3, dtype=bool)), r"\(3,\)"),
+    (lambda: unmask_empty_rows(np.ones((2, 2))), "boolean"),
+    (lambda: rotary(np.ones((2, 4)), [0, 1, 2]), "do not broadcast"),
+    (lambda: rotary(np.ones(4), [0]), r"\(4,\)"),
+    (lambda: KVCache(np.ones((2, 3, 4)), np.ones((2, 3, 4)), positions=[0, 1]), "positions"),
+    (lambda: RollingKVCache(np.ones((2, 3, 4)), np.ones((2, 3, 4)), window=2), "at most 2"),
+    (lambda: blockwise.tiles_computed(0, 4, 2), "n = 0"),
+    (lambda: blockwise.blockwise_attention(np.ones((3, 2)), np.ones((3, 2)), np.ones((3, 2)), window=0), "window"),
+    (lambda: blockwise.merge_states(), "at least one"),
+    (lambda: latent.decode_step(np.ones((2, 5)), latent.init_mla_params(16, 4, 6)), r"\(2, 5\)"),
+    (lambda: latent.init_mla_params(16, 4, 0), "d_latent"),
+])
+def test_bad_input_raises_value_error_naming_the_problem(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
