@@ -2,19 +2,22 @@
 
 Axis names as in ``attention.py`` (``...`` batch, ``n`` queries, ``m`` keys, ``d_k``, ``d_v``), and
 
-    b      keys per block (``block_size``): the key axis is cut into blocks of b keys
-    t      queries per tile (``query_block``; all n queries when it is None)
+    b      keys per block (``block_size``, m_blk in chapter 7): the key axis is cut into blocks of b keys
+    t      queries per tile (``query_block``, n_blk in chapter 7; all n queries when it is None)
+    u      the number of a key block (chapter 7's u)
 
 The block-wise pass keeps three running quantities per query row and updates them as each block of
-keys arrives (chapter 7 derives them; the comments name its equations):
+keys arrives (chapter 7 derives them, with the names in brackets; the comments name its equations):
 
-    m      the largest score seen so far                      (..., t, 1)
-    l      the sum of exp(score - m) over the keys seen        (..., t, 1)
-    acc    the sum of exp(score - m) · value over those keys   (..., t, d_v)
+    s_max  the largest scaled score seen so far (s̃_max,u)                  (..., t, 1)
+    z      the sum of exp(score - s_max) over the keys seen (Z_u)          (..., t, 1)
+    acc    the sum of exp(score - s_max) · value over those keys (acc_u)   (..., t, d_v)
 
-When a block brings a larger maximum, the old l and acc are multiplied by exp(m_old - m_new), which
-turns them into sums relative to the new maximum. At the end ``acc / l`` is exactly softmax · V, but
-the largest array that ever existed was one (..., t, b) block of scores, never the (..., n, m) weights.
+``online_softmax_steps`` and ``attention_state`` use these names; inside ``blockwise_attention_with_lse``
+they are ``m_run`` and ``l_run`` (the running s_max and z of a tile). When a block brings a larger
+maximum, the old z and acc are multiplied by exp(s_max_old - s_max_new), which turns them into sums
+relative to the new maximum. At the end ``acc / z`` is exactly softmax · V, but the largest array that
+ever existed was one (..., t, b) block of scores, never the (..., n, m) weights.
 
 The backward pass (``blockwise_attention_backward``) works tile by tile too. From the output and the
 log-sum-exp that the forward kept it gets, per query row,
@@ -63,16 +66,16 @@ def online_softmax_steps(x, block_size):
     ------
     stop : int
         The blocks seen so far cover ``x[..., :stop]``.
-    m : ndarray, (..., 1)
-        Running maximum, eq-ch7-running-max: the largest entry of ``x[..., :stop]``.
-    l : ndarray, (..., 1)
-        Running sum, eq-ch7-running-sum: ``sum(exp(x[..., :stop] - m))``.
+    s_max : ndarray, (..., 1)
+        Running maximum s̃_max,u, eq-ch7-running-max: the largest entry of ``x[..., :stop]``.
+    z : ndarray, (..., 1)
+        Running sum Z_u, eq-ch7-running-sum: ``sum(exp(x[..., :stop] - s_max))``.
         Both are float32 for float16 input: a float16 sum of 65,520 ones is infinite.
 
     Examples
     --------
-    >>> for stop, m, l in online_softmax_steps(np.array([1.0, 3.0, 2.0]), block_size=2):
-    ...     print(stop, m, l.round(4))
+    >>> for stop, s_max, z in online_softmax_steps(np.array([1.0, 3.0, 2.0]), block_size=2):
+    ...     print(stop, s_max, z.round(4))
     2 [3.] [1.1353]
     3 [3.] [1.5032]
     """
@@ -81,23 +84,23 @@ def online_softmax_steps(x, block_size):
         raise ValueError(f"x of shape {x.shape} has no entries along its last axis; the softmax needs at least one")
     block_size = _check_block(block_size, "block_size")
     dtype = working_dtype(x.dtype)  # float32 for float16 input
-    m = np.full(x.shape[:-1] + (1,), -np.inf, dtype=dtype)  # (..., 1) nothing seen yet
-    l = np.zeros(x.shape[:-1] + (1,), dtype=dtype)  # (..., 1)
-    for start in range(0, x.shape[-1], block_size):
+    s_max = np.full(x.shape[:-1] + (1,), -np.inf, dtype=dtype)  # (..., 1) nothing seen yet: s̃_max,0
+    z = np.zeros(x.shape[:-1] + (1,), dtype=dtype)  # (..., 1): Z_0
+    for start in range(0, x.shape[-1], block_size):  # block u = start // block_size + 1
         block = x[..., start:start + block_size]  # (..., b)
-        m_new = np.maximum(m, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
-        shift = shift_for_exp(m_new)
+        s_max_new = np.maximum(s_max, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
+        shift = shift_for_exp(s_max_new)
         # eq-ch7-running-sum: rescale the old sum to the new maximum, then add the block's terms
-        l = l * np.exp(m - shift) + np.exp(block - shift).sum(axis=-1, keepdims=True)
-        m = m_new
-        yield min(start + block_size, x.shape[-1]), m.copy(), l.copy()
+        z = z * np.exp(s_max - shift) + np.exp(block - shift).sum(axis=-1, keepdims=True)
+        s_max = s_max_new
+        yield min(start + block_size, x.shape[-1]), s_max.copy(), z.copy()
 
 
 def online_softmax(x, block_size=128, axis=-1):
     """Softmax along ``axis``, normalised by a running maximum and sum computed block by block.
 
     One pass over the blocks finds the maximum and the sum together (eq-ch7-running-max and
-    eq-ch7-running-sum); a second pass writes exp(x - m) / l. The plain stable softmax needs three
+    eq-ch7-running-sum); a second pass writes exp(x - s_max) / z. The plain stable softmax needs three
     passes (maximum, sum, division). The result equals ``M.softmax(x, axis)`` up to rounding.
 
     Parameters
@@ -122,10 +125,10 @@ def online_softmax(x, block_size=128, axis=-1):
     x = as_float_array(x, "x")
     require_softmax_axis(x, axis)
     rows = np.moveaxis(x, axis, -1)  # (..., m): the softmax axis last (a view)
-    for _, m, l in online_softmax_steps(rows, block_size):
+    for _, s_max, z in online_softmax_steps(rows, block_size):
         pass  # the state after the last block
-    l[l == 0] = 1  # only all -inf rows sum to 0; their exp(-inf) = 0 entries stay 0
-    weights = np.exp(rows - shift_for_exp(m)) / l  # eq-ch7-final, in m's type (float32 for float16 input)
+    z[z == 0] = 1  # only all -inf rows sum to 0; their exp(-inf) = 0 entries stay 0
+    weights = np.exp(rows - shift_for_exp(s_max)) / z  # eq-ch7-final, in s_max's type (float32 for float16 input)
     return np.moveaxis(weights.astype(x.dtype, copy=False), -1, axis)  # back to x's type and layout
 
 
@@ -144,14 +147,29 @@ def _add_bias_tile(scores, bias, rows, cols):
         scores += _mask_tile(bias, rows, cols)  # the same slicing as a mask's: (..., t or 1, b or 1)
 
 
-def _block_forbidden(scores, mask, rows, cols, causal):
+def _block_forbidden(scores, mask, rows, cols, causal, window=None):
     """Set to -inf, in place, the scores of a (..., t, b) tile that the mask or causality forbids."""
     allowed = None if mask is None else _mask_tile(mask, rows, cols)
     if causal:
-        future_ok = np.arange(rows.start, rows.stop)[:, None] >= np.arange(cols.start, cols.stop)  # (t, b)
+        gap = np.arange(rows.start, rows.stop)[:, None] - np.arange(cols.start, cols.stop)  # (t, b): i - j
+        future_ok = (gap >= 0) if window is None else (gap >= 0) & (gap < window)  # and inside the window
         allowed = future_ok if allowed is None else allowed & future_ok
     if allowed is not None:
         np.copyto(scores, -np.inf, where=~allowed)  # weight exp(-inf) = 0
+
+
+def _check_window(window):
+    """True when a sliding window is given (a positive integer), False for None; ValueError otherwise."""
+    if window is None:
+        return False
+    if not is_int(window) or window < 1:
+        raise ValueError(f"window must be a positive integer (the keys each query sees), got {window!r}")
+    return True
+
+
+def _older_than_window(rows, cols, window):
+    """True when every key of ``cols`` is older than the window of every query of ``rows``."""
+    return window is not None and cols.stop - 1 < rows.start - window + 1
 
 
 def _check_blockwise_inputs(q, k, v, mask, block_size, query_block):
@@ -172,7 +190,8 @@ def _check_blockwise_bias(q, k, v, bias, dtype):
     return bias.reshape((1,) * max(0, 2 - bias.ndim) + bias.shape).astype(dtype, copy=False)  # -> (..., n or 1, m or 1)
 
 
-def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False, bias=None):
+def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False, window=None,
+                        bias=None):
     """softmax(q kᵀ / √d_k) v computed over blocks of keys, never holding the (..., n, m) weights.
 
     The output of ``blockwise_attention_with_lse``, which documents the arguments.
@@ -188,11 +207,11 @@ def blockwise_attention(q, k, v, mask=None, *, block_size=128, query_block=None,
     ((2, 5, 3), True)
     """
     return blockwise_attention_with_lse(q, k, v, mask, block_size=block_size, query_block=query_block,
-                                        causal=causal, bias=bias)[0]
+                                        causal=causal, window=window, bias=bias)[0]
 
 
 def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_block=None, causal=False,
-                                 bias=None):
+                                 window=None, bias=None):
     """Block-wise attention (``blockwise_attention``) and the log-sum-exp of each query's scores.
 
     The log-sum-exp (eq-ch7-lse) is what a backward pass keeps instead of the weights, from which
@@ -211,6 +230,11 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
         ``mask`` if both are given), computed tile by tile; key blocks entirely in the future of a
         query tile are skipped, never read (so, unlike in the plain version, a NaN in such a value
         does not reach that tile's outputs).
+    window : int, optional
+        Causal sliding-window attention (implies ``causal``): query i attends to keys j with
+        0 <= i - j < window, like ``mask=M.masks.sliding_window_mask(n, m, window=window)``; key
+        blocks entirely older than the window of every query of a tile are skipped too
+        (``tiles_computed`` counts the tiles that remain).
     bias : array_like, broadcastable to (..., n, m), optional
         The additive score bias of ``M.scaled_dot_product_attention``, added tile by tile.
 
@@ -234,6 +258,7 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
     ((2, 5), True)
     """
     q, k, v, mask, block_size, tile = _check_blockwise_inputs(q, k, v, mask, block_size, query_block)
+    causal = _check_window(window) or causal  # a window is causal
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -255,13 +280,15 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
             if causal and j0 > rows.stop - 1:
                 break  # this block and every later one lie in the future of every query of the tile
             cols = slice(j0, min(j0 + block_size, m_keys))
+            if _older_than_window(rows, cols, window):
+                continue  # every key of this block is older than the window of every query of the tile
             # the scores of this tile against this block: the only (t, b) array
             s = q[..., rows, :] @ kt[..., :, cols]  # (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
             full = batch + s.shape[-2:]
             if s.shape != full:  # v (or the mask) has batch axes that q and k lack
                 s = np.broadcast_to(s, full).copy()  # (..., t, b) -> (batch, t, b)
             _add_bias_tile(s, bias, rows, cols)
-            _block_forbidden(s, mask, rows, cols, causal)  # forbidden pairs: score -inf, weight 0
+            _block_forbidden(s, mask, rows, cols, causal, window)  # forbidden pairs: score -inf, weight 0
             m_new = np.maximum(m_run, s.max(axis=-1, keepdims=True))  # eq-ch7-running-max, (..., t, 1)
             shift = shift_for_exp(m_new)  # m_new, or 0 for rows that have seen only masked keys
             s -= shift
@@ -289,7 +316,7 @@ def _sum_to_batch(grad, shape):
 
 
 def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_size=128, query_block=None,
-                                 causal=False, bias=None):
+                                 causal=False, window=None, bias=None):
     """Gradients of ``blockwise_attention`` with respect to q, k and v, tile by tile, without the (n, m) weights.
 
     The backward of chapter 5 needs the weights A and, for the softmax, the row sums
@@ -303,8 +330,8 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
 
     Parameters
     ----------
-    q, k, v, mask, block_size, query_block, causal, bias
-        As given to ``blockwise_attention`` (the mask, ``causal`` and the bias must be the same).
+    q, k, v, mask, block_size, query_block, causal, window, bias
+        As given to ``blockwise_attention`` (the mask, ``causal``, ``window`` and the bias must be the same).
     out : array_like, (..., n, d_v)
         The forward's output.
     lse : array_like, (..., n)
@@ -332,6 +359,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     True
     """
     q, k, v, mask, block_size, tile = _check_blockwise_inputs(q, k, v, mask, block_size, query_block)
+    causal = _check_window(window) or causal  # a window is causal
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -362,12 +390,12 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
         k_blk, v_blk = kf[..., cols, :], vf[..., cols, :]  # (..., b, d_k), (..., b, d_v)
         for i0 in range(0, n, tile):  # query tiles
             rows = slice(i0, min(i0 + tile, n))
-            if causal and j0 > rows.stop - 1:
-                continue  # every key of this block lies in the future of every query of the tile
+            if causal and j0 > rows.stop - 1 or _older_than_window(rows, cols, window):
+                continue  # every key of this block lies in the future of (or too far back for) every query
             # the forward's scores of this tile, (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
             p = (qf[..., rows, :] * scale) @ np.swapaxes(k_blk, -1, -2)
             _add_bias_tile(p, bias, rows, cols)
-            _block_forbidden(p, mask, rows, cols, causal)  # forbidden pairs: score -inf, weight 0
+            _block_forbidden(p, mask, rows, cols, causal, window)  # forbidden pairs: score -inf, weight 0
             p -= lse_col[..., rows, :]
             np.exp(p, out=p)  # eq-ch7-recompute: p_ij = exp(s_ij - lse_i), the weights of this tile, (..., t, b)
             do_t = d_out[..., rows, :]  # (..., t, d_v)
@@ -380,3 +408,151 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
             dk[..., cols, :] += np.swapaxes(ds, -1, -2) @ qf[..., rows, :]  # eq-ch5-dk: (..., b, t) @ (..., t, d_k)
             del p, ds  # free this tile before the next one exists
     return tuple(_sum_to_batch(g, x.shape).astype(result, copy=False) for g, x in ((dq, q), (dk, k), (dv, v)))
+
+
+# ---------------------------------------------------------------- counting tiles, and splitting the keys
+
+def tiles_computed(n, m, block_size, query_block=None, *, causal=False, window=None):
+    """How many (query tile, key block) pairs ``blockwise_attention`` computes; the others it skips.
+
+    The same rules as the pass itself: with ``causal`` a key block in the future of every query
+    of a tile is skipped, with ``window`` also a block older than every query's window.
+
+    Examples
+    --------
+    >>> tiles_computed(8, 8, 2, 2), tiles_computed(8, 8, 2, 2, causal=True), tiles_computed(8, 8, 2, 2, window=2)
+    (16, 10, 7)
+    """
+    for name, value in (("n", n), ("m", m)):
+        if not is_int(value) or value < 1:
+            raise ValueError(f"tiles_computed needs positive integer sizes, got {name} = {value!r}")
+    block_size = _check_block(block_size, "block_size")
+    tile = n if query_block is None else _check_block(query_block, "query_block")
+    causal = _check_window(window) or causal
+    count = 0
+    for i0 in range(0, n, tile):
+        rows = slice(i0, min(i0 + tile, n))
+        for j0 in range(0, m, block_size):
+            cols = slice(j0, min(j0 + block_size, m))
+            count += not (causal and j0 > rows.stop - 1 or _older_than_window(rows, cols, window))
+    return count
+
+
+def attention_state(q, k, v, mask=None, *, bias=None):
+    """The running state (s_max, z, acc) of eq-ch7-state and eq-ch7-running-acc for one chunk of keys.
+
+    For each query: ``s_max`` the largest allowed scaled score of the chunk (-inf if none),
+    ``z`` the sum of exp(score - s_max), ``acc`` the sum of exp(score - s_max) · value. Chunks
+    processed independently are combined by ``merge_states``; ``acc / z`` of the merged state is
+    the attention output over all the chunks' keys.
+
+    Parameters
+    ----------
+    q : array_like, (..., n, d_k)
+    k, v : array_like, (..., m_c, d_k) and (..., m_c, d_v): one chunk of keys and values
+    mask : array_like of bool, broadcastable to (..., n, m_c), optional
+    bias : array_like, broadcastable to (..., n, m_c), optional
+        The additive score bias of ``M.scaled_dot_product_attention`` for this chunk's keys.
+
+    Returns
+    -------
+    s_max, z : ndarrays, (..., n, 1)
+    acc : ndarray, (..., n, d_v)
+        In the arithmetic's type: float32 for float16 input (a float16 z or acc overflows at 65504).
+
+    Examples
+    --------
+    >>> s_max, z, acc = attention_state(np.zeros((1, 2)), np.zeros((3, 2)), np.ones((3, 1)))
+    >>> float(s_max[0, 0]), float(z[0, 0]), float(acc[0, 0])     # three equal scores 0
+    (0.0, 3.0, 3.0)
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    bias = check_attention_bias(q, k, v, bias)
+    dtype = working_dtype(np.result_type(q, k, v))  # float16 is accumulated in float32
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    s = q @ np.swapaxes(k, -1, -2) * (1 / math.sqrt(q.shape[-1]))  # (..., n, d_k) @ (..., d_k, m_c)
+    if bias is not None:
+        s = s + bias.astype(dtype, copy=False)  # (..., n, m_c), broadcast
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)  # (..., n, m_c)
+    s_max = s.max(axis=-1, keepdims=True)  # (..., n, 1)
+    p = np.exp(s - shift_for_exp(s_max))  # (..., n, m_c); 0 where masked
+    return s_max, p.sum(axis=-1, keepdims=True), p @ v  # (..., n, 1), (..., n, 1), (..., n, d_v)
+
+
+def merge_states(*states):
+    """Merge the states (s_max, z, acc) of disjoint chunks of keys into the state of all of them.
+
+    Each part is brought to the common maximum by its rescale factor exp(s_max_part - s_max),
+    exactly as eq-ch7-running-sum and eq-ch7-running-acc bring the old state to a new block's
+    maximum; parts whose keys were all masked (s_max = -inf) contribute nothing.
+
+    Examples
+    --------
+    >>> a = (np.array([[1.0]]), np.array([[1.0]]), np.array([[2.0]]))   # one key: score 1, value 2
+    >>> b = (np.array([[1.0]]), np.array([[1.0]]), np.array([[4.0]]))   # one key: score 1, value 4
+    >>> s_max, z, acc = merge_states(a, b)
+    >>> float((acc / z)[0, 0])                                            # equal weights: the mean
+    3.0
+    """
+    if not states:
+        raise ValueError("merge_states needs at least one state")
+    states = [tuple(a.astype(working_dtype(a.dtype), copy=False)  # float16 parts are merged in float32
+                    for a in (as_float_array(x, name) for x, name in zip(state, ("s_max", "z", "acc"))))
+              for state in states]
+    s_max = np.maximum.reduce([state[0] for state in states])  # (..., n, 1)
+    shift = shift_for_exp(s_max)
+    z, acc = 0, 0
+    for part_max, part_z, part_acc in states:
+        rescale = np.exp(part_max - shift)  # exp(s_max_part - s_max) <= 1; 0 for an empty part
+        z, acc = z + rescale * part_z, acc + rescale * part_acc
+    return s_max, z, acc
+
+
+def split_kv_attention(q, k, v, mask=None, *, num_splits, bias=None):
+    """Attention with the keys split into ``num_splits`` chunks processed independently, then merged.
+
+    Flash-Decoding's split over the keys: when one query (a decoding step) meets a long cache, the
+    chunks of the cache can be processed in parallel, each giving a state (``attention_state``),
+    and the states are merged (``merge_states``). Equal to ``scaled_dot_product_attention(q, k, v,
+    mask, bias)[0]`` up to rounding; a query that sees no key gets zeros.
+
+    Parameters
+    ----------
+    q, k, v, mask, bias : as in ``M.scaled_dot_product_attention``
+    num_splits : int
+        Number of chunks of keys, 1 .. m (the last one may be shorter).
+
+    Returns
+    -------
+    out : ndarray, (..., n, d_v)
+        The floating dtype of the inputs; float16 is accumulated in float32 and rounded at the end.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(1, 4)), rng.normal(size=(10, 4)), rng.normal(size=(10, 3))
+    >>> from mha_lessons import scaled_dot_product_attention
+    >>> bool(np.allclose(split_kv_attention(q, k, v, num_splits=3), scaled_dot_product_attention(q, k, v)[0]))
+    True
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    bias = check_attention_bias(q, k, v, bias)
+    m_keys = k.shape[-2]
+    if not is_int(num_splits) or not 1 <= num_splits <= m_keys:
+        raise ValueError(f"num_splits must be an integer from 1 to m = {m_keys} (k of shape {k.shape}), "
+                         f"got {num_splits!r}")
+    if mask is not None and mask.ndim < 2:
+        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # (m,) -> (1, m)
+    if bias is not None and bias.ndim < 2:
+        bias = bias.reshape((1,) * (2 - bias.ndim) + bias.shape)  # (m,) or () -> (1, m) or (1, 1)
+    chunk = -(-m_keys // num_splits)  # keys per chunk, rounded up
+    states = []
+    for j0 in range(0, m_keys, chunk):
+        cols = slice(j0, min(j0 + chunk, m_keys))
+        part_mask = None if mask is None else (mask if mask.shape[-1] == 1 else mask[..., cols])
+        part_bias = None if bias is None else (bias if bias.shape[-1] == 1 else bias[..., cols])
+        states.append(attention_state(q, k[..., cols, :], v[..., cols, :], part_mask, bias=part_bias))  # independent
+    _, z, acc = merge_states(*states)
+    out = acc / np.where(z == 0, 1, z)  # (..., n, d_v); a query that sees nothing: 0 / 1
+    return out.astype(np.result_type(q, k, v), copy=False)  # float32 arithmetic rounded back for float16 input

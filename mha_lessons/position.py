@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._checks import require_positive_int
+from ._checks import as_float_array, require_positive_int
 
 
 def _check_sizes(n, d_model, base):
@@ -120,3 +120,61 @@ def offset_rotation(k, d_model, *, base=10000.0):
     rotation[0::2, 1::2] = np.diag(-sin)  # sin feature -> cos feature
     rotation[1::2, 1::2] = np.diag(cos)   # cos feature -> cos feature
     return rotation
+
+
+def rotary(x, positions, *, base=10000.0):
+    """Rotary position embedding (RoPE, Su et al.): turn each feature pair of a row by its position's angle.
+
+    Row at position p, features (2i, 2i + 1), frequency ω_i = base^(-2i / d) (``frequencies``):
+
+        (x_2i, x_2i+1) -> (x_2i cos(p ω_i) - x_2i+1 sin(p ω_i),  x_2i sin(p ω_i) + x_2i+1 cos(p ω_i)),
+
+    applied to queries and keys (not to values) after their projection. A rotation keeps lengths,
+    and the dot product of a query rotated to p and a key rotated to p' depends on p - p' only:
+    this is why a cache can hold keys already rotated, and a new query is rotated to its own position.
+
+    Parameters
+    ----------
+    x : array_like, (..., n, d)
+        Queries or keys of one head (or of all heads, with a head axis before n); d even.
+    positions : array_like of int, broadcastable to (..., n)
+        The position of each row.
+    base : float, keyword-only
+        As in ``sinusoidal_positions`` (10000 in the RoFormer paper).
+
+    Returns
+    -------
+    ndarray, the shape of ``x``
+
+    Examples
+    --------
+    >>> rotary(np.array([[1.0, 0.0]]), [1]).round(4)          # one pair turned by 1 radian
+    array([[0.5403, 0.8415]])
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.normal(size=(1, 4)), rng.normal(size=(1, 4))
+    >>> a = rotary(q, [7]) @ rotary(k, [5]).T                  # positions 7 and 5
+    >>> b = rotary(q, [2]) @ rotary(k, [0]).T                  # 2 and 0: the same gap
+    >>> bool(np.allclose(a, b))
+    True
+    """
+    x = as_float_array(x, "x")
+    if x.ndim < 2:
+        raise ValueError(f"x must have a row axis and a feature axis (..., n, d), got shape {x.shape}")
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"x of shape {x.shape} has an odd width d = {d}; rotary embedding turns feature pairs")
+    positions = np.asarray(positions)
+    if not np.issubdtype(positions.dtype, np.integer):
+        raise ValueError(f"positions must be integers, got dtype {positions.dtype}")
+    try:
+        np.broadcast_shapes(positions.shape, x.shape[:-1])
+    except ValueError:
+        raise ValueError(f"positions of shape {positions.shape} do not broadcast against the rows of x, "
+                         f"shape {x.shape[:-1]}") from None
+    angle = positions[..., None] * frequencies(d, base=base)  # (..., n, 1) * (d/2,) -> (..., n, d/2)
+    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., n, d/2) each: the two features of every pair
+    out = np.empty(np.broadcast_shapes(x.shape, angle.shape[:-1] + (d,)), dtype=x.dtype)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
+    return out

@@ -263,9 +263,6 @@ class Symbols:
 # are renamed on the branch that rewrites chapter 5; until it is merged, chapter 5 fails here.)
 NOT_YET_LISTED = {
     "07_efficient_attention.ipynb": {
-        "c": "a feature index of the values: the page's feature index is f",
-        "o_{ic}": "an entry of o_i with the feature index c",
-        "v_{jc}": "an entry of v_j with the feature index c",
         "\\delta": "the row sums of the backward pass: delta is the page's Kronecker delta",
         "\\delta_{I}": "the same for a query tile",
         "l": "FlashAttention's name for the normaliser, Z on the page",

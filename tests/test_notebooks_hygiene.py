@@ -241,6 +241,7 @@ NOT_COMPARED = {
     ("03_multi_head_attention.ipynb", "multihead-panel"): "panel",
     ("04_cost.ipynb", "timings-on-this-machine"): "timing",
     ("07_efficient_attention.ipynb", "peak-memory-measured"): "claims",
+    ("07_efficient_attention.ipynb", "sliding-window-measured"): "claims",
     ("09_heads_across_processes.ipynb", "alpha-beta-fit"): "claims",
     ("09_heads_across_processes.ipynb", "decode-versus-prompt"): "claims",
     ("10_what_heads_learn.ipynb", "train-one-and-two-heads"): "claims",

@@ -1,7 +1,7 @@
 """Checkers for chapter 7 (attention without the n × n matrix: the online softmax, block-wise attention).
 
-A softmax *state* for one query row is ``(m, l, acc)``: the largest score seen, the sum of
-exp(score - m) over the keys seen, and the sum of exp(score - m) · value over them (d_v,).
+A softmax *state* for one query row is ``(s_max, z, acc)``: the largest score seen, the sum of
+exp(score - s_max) over the keys seen, and the sum of exp(score - s_max) · value over them (d_v,).
 """
 
 import math
@@ -27,7 +27,7 @@ def _as_vector(answer, parts, what):
 
 
 def _state(scores, values):
-    """The softmax state (m, l, acc) of one row of scores (r,) against values (r, d_v), computed directly."""
+    """The softmax state (s_max, z, acc) of one row of scores (r,) against values (r, d_v), computed directly."""
     m = scores.max()
     e = np.exp(scores - m)  # (r,)
     return m, e.sum(), e @ values
@@ -36,15 +36,15 @@ def _state(scores, values):
 def _row_scores():
     """Ten scores of size about 800 in blocks of 3: the maximum grows in blocks 2 and 3, not in the last one.
 
-    So forgetting the rescaling changes l, and keeping the last block's maximum changes m.
+    So forgetting the rescaling changes z, and keeping the last block's maximum changes s_max.
     """
     return 800.0 + np.array([0.3, -1.2, 1.0, 2.5, 0.1, 1.9, 4.0, 3.2, -0.5, 2.2])
 
 
 def check_running_max_sum(running_max_sum):
-    """Check ``running_max_sum(scores, block_size) -> (m, l)`` for one row of scores, streamed in blocks.
+    """Check ``running_max_sum(scores, block_size) -> (s_max, z)`` for one row of scores, streamed in blocks.
 
-    m must be the largest score, l the sum of exp(score - m), both found in one pass over blocks of
+    s_max must be the largest score, z the sum of exp(score - s_max), both found in one pass over blocks of
     ``block_size`` scores (the last block may be shorter). The scores are about 800, so exp(score)
     alone overflows. The mistakes named: the old sum not rescaled when the maximum grows, the rescale
     factor upside down, the maximum of the last block kept instead of the running maximum, and each
@@ -54,7 +54,7 @@ def check_running_max_sum(running_max_sum):
     >>> def running_max_sum(scores, block_size):
     ...     return scores.max(), np.exp(scores - scores.max()).sum()   # not one pass, but the right numbers
     >>> check_running_max_sum(running_max_sum)
-    Right: m and l are right for 10 scores in blocks of 3, the last block shorter.
+    Right: s_max and z are right for 10 scores in blocks of 3, the last block shorter.
     """
     scores, block_size = _row_scores(), 3
     answer, failure = call_learner(running_max_sum, scores.copy(), block_size, name="running_max_sum")
@@ -78,32 +78,32 @@ def check_running_max_sum(running_max_sum):
     with np.errstate(over="ignore", invalid="ignore"):
         mistakes = [
             (streamed(lambda old, new: 1.0),
-             "the old sum was not rescaled: when the maximum grows from m_old to m_new, multiply the sum so far "
-             "by exp(m_old - m_new) before adding the new block's terms."),
+             "the old sum was not rescaled: when the maximum grows from s_max_old to s_max_new, multiply the sum "
+             "so far by exp(s_max_old - s_max_new) before adding the new block's terms."),
             (streamed(lambda old, new: math.exp(new - old) if old > -np.inf else 0.0),
-             "the rescale factor is upside down: the old terms exp(s - m_old) become exp(s - m_new) when "
-             "multiplied by exp(m_old - m_new), which is at most 1."),
+             "the rescale factor is upside down: the old terms exp(s - s_max_old) become exp(s - s_max_new) when "
+             "multiplied by exp(s_max_old - s_max_new), which is at most 1."),
             (streamed(lambda old, new: math.exp(old - new) if old > -np.inf else 0.0, running=False),
-             "m is the maximum of the last block only: keep the maximum of every score seen so far, "
-             "m = max(m, block.max())."),
+             "s_max is the maximum of the last block only: keep the maximum of every score seen so far, "
+             "s_max = max(s_max, block.max())."),
             ([m_true, sum(np.exp(b - b.max()).sum() for b in blocks)],
              "each block's terms are relative to that block's own maximum, and sums relative to different "
              "maxima cannot be added: bring them to the running maximum first."),
             ([m_true, np.exp(scores).sum()],
-             "l is the sum of exp(score) itself, which overflows for scores near 800: subtract the running "
+             "z is the sum of exp(score) itself, which overflows for scores near 800: subtract the running "
              "maximum before exp."),
         ]
-    return compare(answer, np.array(expected), mistakes, what="(m, l)", rtol=1e-12, atol=0,
-                   right="m and l are right for 10 scores in blocks of 3, the last block shorter.")
+    return compare(answer, np.array(expected), mistakes, what="(s_max, z)", rtol=1e-12, atol=0,
+                   right="s_max and z are right for 10 scores in blocks of 3, the last block shorter.")
 
 
 def check_merge_states(merge):
-    """Check ``merge(state_a, state_b) -> (m, l, acc)``: the state of two parts of a row of keys, combined.
+    """Check ``merge(state_a, state_b) -> (s_max, z, acc)``: the state of two parts of a row of keys, combined.
 
-    Each state is ``(m, l, acc)`` with floats m and l and an array acc of shape (d_v,). The merged state
+    Each state is ``(s_max, z, acc)`` with floats s_max and z and an array acc of shape (d_v,). The merged state
     must be the state of all the keys of both parts, as if they had been one block. The checker merges
     two ordinary parts twice (the larger maximum once in each part); a part whose keys are all masked,
-    state (-inf, 0, zeros); and two such parts, where exp(m_a - m) with m_a = m = -inf is exp(nan)
+    state (-inf, 0, zeros); and two such parts, where exp(s_max_a - s_max) with s_max_a = s_max = -inf is exp(nan)
     unless guarded. Mistakes named: the rescale factors forgotten, upside down, or applied to one part
     only; nan for two empty parts.
 
@@ -147,15 +147,17 @@ def check_merge_states(merge):
     both = np.concatenate([whole, whole])  # the order of the parts does not matter
     mistakes = [
         (np.concatenate([merged(x, y, one, one) for x, y in pairs]),
-         "the parts were added without rescaling: part a's sums are relative to m_a, so multiply them by "
-         "exp(m_a - m), and part b's by exp(m_b - m), where m = max(m_a, m_b)."),
+         "the parts were added without rescaling: part a's sums are relative to s_max_a, so multiply them by "
+         "exp(s_max_a - s_max), and part b's by exp(s_max_b - s_max), where s_max = max(s_max_a, s_max_b)."),
         (np.concatenate([merged(x, y, up, up) for x, y in pairs]),
-         "the rescale factors are upside down: a part's sums become relative to m when multiplied by "
-         "exp(m_part - m), which is at most 1."),
+         "the rescale factors are upside down: a part's sums become relative to s_max when multiplied by "
+         "exp(s_max_part - s_max), which is at most 1."),
         (np.concatenate([merged(x, y, down, one) for x, y in pairs]),
-         "only part a was rescaled: part b's sums also need exp(m_b - m) (it is 1 only when m_b is the larger)."),
+         "only part a was rescaled: part b's sums also need exp(s_max_b - s_max) (it is 1 only when s_max_b "
+         "is the larger)."),
         (np.concatenate([merged(x, y, one, down) for x, y in pairs]),
-         "only part b was rescaled: part a's sums also need exp(m_a - m) (it is 1 only when m_a is the larger)."),
+         "only part b was rescaled: part a's sums also need exp(s_max_a - s_max) (it is 1 only when s_max_a "
+         "is the larger)."),
     ]
     answers = []
     for first, second in pairs + [(a, empty), (empty, empty)]:
@@ -170,7 +172,7 @@ def check_merge_states(merge):
         answers.append(answer)
     if len({x.shape for x in answers}) > 1:
         return Verdict(False, f"the merged states have different sizes {[x.shape for x in answers]}; each should "
-                              f"be (m, l, acc) with acc of shape (3,).")
+                              f"be (s_max, z, acc) with acc of shape (3,).")
     verdict = compare(np.concatenate(answers[:2]), both, mistakes, what="the merged state of two ordinary parts",
                       rtol=1e-12, atol=1e-15)
     if not verdict:
@@ -180,8 +182,9 @@ def check_merge_states(merge):
     if not verdict:
         return verdict
     if np.isnan(answers[3]).any():
-        return Verdict(False, "two empty parts (m = -inf, l = 0: every key masked) give nan: with m = -inf, "
-                              "exp(m_a - m) is exp(-inf + inf) = exp(nan). Subtract 0 instead of m when m is -inf.")
+        return Verdict(False, "two empty parts (s_max = -inf, z = 0: every key masked) give nan: with s_max = -inf, "
+                              "exp(s_max_a - s_max) is exp(-inf + inf) = exp(nan). Subtract 0 instead of s_max "
+                              "when s_max is -inf.")
     verdict = compare(answers[3], flat(empty), what="the merged state of two parts whose keys are all masked")
     if not verdict:
         return verdict
