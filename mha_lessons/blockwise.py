@@ -2,29 +2,31 @@
 
 Axis names as in ``attention.py`` (``...`` batch, ``n`` queries, ``m`` keys, ``d_k``, ``d_v``), and
 
-    b      keys per block (``block_size``, m_blk in chapter 7): the key axis is cut into blocks of b keys
-    t      queries per tile (``query_block``, n_blk in chapter 7; all n queries when it is None)
-    u      the number of a key block (chapter 7's u)
+    m_blk  keys per block (``block_size``): the key axis is cut into blocks of m_blk keys, the last maybe fewer
+    n_blk  queries per tile (``query_block``; all n queries when it is None), the last tile maybe fewer
+    u      the number of a key block, 1, 2, ...: block u holds the keys (u - 1) m_blk ... u m_blk - 1
+
+as chapter 7 names them (``m`` is the number of keys, never a maximum).
 
 The block-wise pass keeps three running quantities per query row and updates them as each block of
 keys arrives (chapter 7 derives them, with the names in brackets; the comments name its equations):
 
-    s_max  the largest scaled score seen so far (s̃_max,u)                  (..., t, 1)
-    z      the sum of exp(score - s_max) over the keys seen (Z_u)          (..., t, 1)
-    acc    the sum of exp(score - s_max) · value over those keys (acc_u)   (..., t, d_v)
+    s_max  the largest scaled score seen so far (s̃_max,u)                  (..., n_blk, 1)
+    z      the sum of exp(score - s_max) over the keys seen (Z_u)          (..., n_blk, 1)
+    acc    the sum of exp(score - s_max) · value over those keys (acc_u)   (..., n_blk, d_v)
 
-``online_softmax_steps`` and ``attention_state`` use these names; inside ``blockwise_attention_with_lse``
-they are ``m_run`` and ``l_run`` (the running s_max and z of a tile). When a block brings a larger
-maximum, the old z and acc are multiplied by exp(s_max_old - s_max_new), which turns them into sums
-relative to the new maximum. At the end ``acc / z`` is exactly softmax · V, but the largest array that
-ever existed was one (..., t, b) block of scores, never the (..., n, m) weights.
+``online_softmax_steps``, ``attention_state`` and ``blockwise_attention_with_lse`` use these names (in
+the last, one value per query of a tile). When a block brings a larger maximum, the old z and acc are
+multiplied by exp(s_max_old - s_max_new), which turns them into sums relative to the new maximum. At
+the end ``acc / z`` is exactly softmax · V, but the largest array that ever existed was one
+(..., n_blk, m_blk) block of scores, never the (..., n, m) weights.
 
 The backward pass (``blockwise_attention_backward``) works tile by tile too. From the output and the
 log-sum-exp that the forward kept it gets, per query row,
 
     δ      rowsum(dO ⊙ O), which equals rowsum(dA ⊙ A) (eq-ch7-delta)   (..., n, 1)
 
-and then recomputes each (t, b) tile of weights from the log-sum-exp instead of storing them.
+and then recomputes each (n_blk, m_blk) tile of weights from the log-sum-exp instead of storing them.
 Milakov and Gimelshein (2018) describe the running maximum and sum; Dao et al. (2022) build
 FlashAttention on the same update, and its backward on the same recomputation.
 """
@@ -46,7 +48,7 @@ def _check_block(value, name):
 def shift_for_exp(running_max):
     """The number to subtract before ``exp``: the running maximum, or 0 where it is still -inf.
 
-    A row that has seen only masked keys has m = -inf; subtracting it would compute
+    A row that has seen only masked keys has s_max = -inf; subtracting it would compute
     -inf - (-inf) = nan. Subtracting 0 instead gives exp(-inf) = 0, the right weight.
     """
     return np.where(np.isneginf(running_max), 0.0, running_max).astype(running_max.dtype)
@@ -87,7 +89,7 @@ def online_softmax_steps(x, block_size):
     s_max = np.full(x.shape[:-1] + (1,), -np.inf, dtype=dtype)  # (..., 1) nothing seen yet: s̃_max,0
     z = np.zeros(x.shape[:-1] + (1,), dtype=dtype)  # (..., 1): Z_0
     for start in range(0, x.shape[-1], block_size):  # block u = start // block_size + 1
-        block = x[..., start:start + block_size]  # (..., b)
+        block = x[..., start:start + block_size]  # (..., m_blk)
         s_max_new = np.maximum(s_max, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
         shift = shift_for_exp(s_max_new)
         # eq-ch7-running-sum: rescale the old sum to the new maximum, then add the block's terms
@@ -142,16 +144,16 @@ def _mask_tile(mask, rows, cols):
 
 
 def _add_bias_tile(scores, bias, rows, cols):
-    """Add to a (..., t, b) tile of scores, in place, the part of the score bias that covers it."""
+    """Add to a (..., n_blk, m_blk) tile of scores, in place, the part of the score bias that covers it."""
     if bias is not None:
-        scores += _mask_tile(bias, rows, cols)  # the same slicing as a mask's: (..., t or 1, b or 1)
+        scores += _mask_tile(bias, rows, cols)  # the same slicing as a mask's: (..., n_blk or 1, m_blk or 1)
 
 
 def _block_forbidden(scores, mask, rows, cols, causal, window=None):
-    """Set to -inf, in place, the scores of a (..., t, b) tile that the mask or causality forbids."""
+    """Set to -inf, in place, the scores of a (..., n_blk, m_blk) tile that the mask or causality forbids."""
     allowed = None if mask is None else _mask_tile(mask, rows, cols)
     if causal:
-        gap = np.arange(rows.start, rows.stop)[:, None] - np.arange(cols.start, cols.stop)  # (t, b): i - j
+        gap = np.arange(rows.start, rows.stop)[:, None] - np.arange(cols.start, cols.stop)  # (n_blk, m_blk): i - j
         future_ok = (gap >= 0) if window is None else (gap >= 0) & (gap < window)  # and inside the window
         allowed = future_ok if allowed is None else allowed & future_ok
     if allowed is not None:
@@ -222,9 +224,9 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
     q, k, v, mask : as in ``M.scaled_dot_product_attention``
         A stored (n, m) mask is itself n·m bytes; for the causal pattern prefer ``causal=True``.
     block_size : int
-        Keys per block (b). The largest temporary array is one (..., t, b) block of scores.
+        Keys per block (m_blk). The largest temporary array is one (..., n_blk, m_blk) block of scores.
     query_block : int, optional
-        Queries per tile (t); None processes all n queries with each block of keys.
+        Queries per tile (n_blk); None processes all n queries with each block of keys.
     causal : bool
         Query i may attend to keys 0..i only, like ``mask=M.causal_mask(n, m)`` (combined with
         ``mask`` if both are given), computed tile by tile; key blocks entirely in the future of a
@@ -272,38 +274,39 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
     lse = np.empty(batch + (n,), dtype=dtype)
     for i0 in range(0, n, tile):  # query tiles (one tile of all n queries when query_block is None)
         rows = slice(i0, min(i0 + tile, n))
-        t = rows.stop - rows.start
-        m_run = np.full(batch + (t, 1), -np.inf, dtype=dtype)  # (..., t, 1) running maximum
-        l_run = np.zeros(batch + (t, 1), dtype=dtype)  # (..., t, 1) running sum
-        acc = np.zeros(batch + (t, d_v), dtype=dtype)  # (..., t, d_v) running weighted sum of values
-        for j0 in range(0, m_keys, block_size):  # key blocks
+        n_blk = rows.stop - rows.start  # queries in this tile (query_block, or fewer in the last tile)
+        s_max = np.full(batch + (n_blk, 1), -np.inf, dtype=dtype)  # (..., n_blk, 1) running maximum: s̃_max,0
+        z = np.zeros(batch + (n_blk, 1), dtype=dtype)  # (..., n_blk, 1) running sum: Z_0
+        acc = np.zeros(batch + (n_blk, d_v), dtype=dtype)  # (..., n_blk, d_v) running sum of values: acc_0
+        for j0 in range(0, m_keys, block_size):  # key blocks: block u = j0 // block_size + 1 starts at key j0
             if causal and j0 > rows.stop - 1:
                 break  # this block and every later one lie in the future of every query of the tile
             cols = slice(j0, min(j0 + block_size, m_keys))
             if _older_than_window(rows, cols, window):
                 continue  # every key of this block is older than the window of every query of the tile
-            # the scores of this tile against this block: the only (t, b) array
-            s = q[..., rows, :] @ kt[..., :, cols]  # (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
+            # the scores of this tile against block u, the only (n_blk, m_blk) array:
+            s = q[..., rows, :] @ kt[..., :, cols]  # (..., n_blk, d_k) @ (..., d_k, m_blk) -> (..., n_blk, m_blk)
             full = batch + s.shape[-2:]
             if s.shape != full:  # v (or the mask) has batch axes that q and k lack
-                s = np.broadcast_to(s, full).copy()  # (..., t, b) -> (batch, t, b)
+                s = np.broadcast_to(s, full).copy()  # (..., n_blk, m_blk) -> (batch, n_blk, m_blk)
             _add_bias_tile(s, bias, rows, cols)
             _block_forbidden(s, mask, rows, cols, causal, window)  # forbidden pairs: score -inf, weight 0
-            m_new = np.maximum(m_run, s.max(axis=-1, keepdims=True))  # eq-ch7-running-max, (..., t, 1)
-            shift = shift_for_exp(m_new)  # m_new, or 0 for rows that have seen only masked keys
+            s_max_new = np.maximum(s_max, s.max(axis=-1, keepdims=True))  # eq-ch7-running-max, (..., n_blk, 1)
+            shift = shift_for_exp(s_max_new)  # s̃_max,u, or 0 for rows that have seen only masked keys
             s -= shift
-            np.exp(s, out=s)  # (..., t, b): exp(s - m_new), in place
-            rescale = np.exp(m_run - shift)  # exp(m_old - m_new), (..., t, 1)
-            l_run *= rescale  # eq-ch7-running-sum: the old sum, rescaled to the new maximum in place,
-            l_run += s.sum(axis=-1, keepdims=True)  # plus this block's terms
+            np.exp(s, out=s)  # (..., n_blk, m_blk): exp(s - s_max_new), in place
+            rescale = np.exp(s_max - shift)  # exp(s̃_max,u-1 - s̃_max,u), (..., n_blk, 1)
+            z *= rescale  # eq-ch7-running-sum: Z_u-1, rescaled to the new maximum in place,
+            z += s.sum(axis=-1, keepdims=True)  # plus block u's terms: Z_u
             acc *= rescale  # eq-ch7-running-acc: the same for the weighted sum of values,
-            acc += s @ v[..., cols, :]  # plus this block's (..., t, b) @ (..., b, d_v) -> (..., t, d_v)
-            m_run = m_new
-            del s  # free this block's scores before the next block's exist: one (t, b) block at a time
-        l_safe = np.where(l_run == 0, 1, l_run).astype(dtype)  # a row that saw nothing: 0 / 1 = 0
-        out[..., rows, :] = acc / l_safe  # eq-ch7-final
+            # plus block u's (..., n_blk, m_blk) @ (..., m_blk, d_v) -> (..., n_blk, d_v): acc_u
+            acc += s @ v[..., cols, :]
+            s_max = s_max_new  # s̃_max,u
+            del s  # free this block's scores before the next block's exist: one (n_blk, m_blk) block at a time
+        z_safe = np.where(z == 0, 1, z).astype(dtype)  # a row that saw nothing: 0 / 1 = 0
+        out[..., rows, :] = acc / z_safe  # eq-ch7-final
         with np.errstate(divide="ignore"):  # log(0) = -inf for a row that saw nothing
-            lse[..., rows] = (m_run + np.log(l_run))[..., 0]  # eq-ch7-lse, (..., t, 1) -> (..., t)
+            lse[..., rows] = (s_max + np.log(z))[..., 0]  # eq-ch7-lse, (..., n_blk, 1) -> (..., n_blk)
     return out.astype(result, copy=False), lse
 
 
@@ -323,10 +326,10 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     δ_i = Σ_j da_ij a_ij (eq-ch5-softmax-backward). This pass uses instead what the forward
     kept by ``blockwise_attention_with_lse``: the output ``out`` and the log-sum-exp ``lse`` of each query.
     Because dA = dO Vᵀ and O = A V, δ_i = Σ_c do_ic o_ic (eq-ch7-delta), computed from the output
-    before any block is read. Then every (t, b) tile of weights is recomputed from the log-sum-exp,
+    before any block is read. Then every (n_blk, m_blk) tile of weights is recomputed from the log-sum-exp,
     p_ij = exp(s_ij − lse_i) (eq-ch7-recompute), and its part of each gradient is added in. Keys
     are the outer loop, so that dK and dV of one block are finished before the next block starts;
-    dQ collects a part from every block. The largest temporary arrays are (t, b) tiles.
+    dQ collects a part from every block. The largest temporary arrays are (n_blk, m_blk) tiles.
 
     Parameters
     ----------
@@ -385,27 +388,32 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     dq = np.zeros(batch + (n, d_k), dtype=dtype)
     dk = np.zeros(batch + (m_keys, d_k), dtype=dtype)
     dv = np.zeros(batch + (m_keys, d_v), dtype=dtype)
-    for j0 in range(0, m_keys, block_size):  # key blocks: dK and dV of this block are finished in this loop
+    for j0 in range(0, m_keys, block_size):  # key block u = j0 // block_size + 1: its dK and dV are finished here
         cols = slice(j0, min(j0 + block_size, m_keys))
-        k_blk, v_blk = kf[..., cols, :], vf[..., cols, :]  # (..., b, d_k), (..., b, d_v)
+        k_blk, v_blk = kf[..., cols, :], vf[..., cols, :]  # (..., m_blk, d_k), (..., m_blk, d_v)
         for i0 in range(0, n, tile):  # query tiles
             rows = slice(i0, min(i0 + tile, n))
             if causal and j0 > rows.stop - 1 or _older_than_window(rows, cols, window):
                 continue  # every key of this block lies in the future of (or too far back for) every query
-            # the forward's scores of this tile, (..., t, d_k) @ (..., d_k, b) -> (..., t, b)
+            # the forward's scores of this tile against block u:
+            # (..., n_blk, d_k) @ (..., d_k, m_blk) -> (..., n_blk, m_blk)
             p = (qf[..., rows, :] * scale) @ np.swapaxes(k_blk, -1, -2)
             _add_bias_tile(p, bias, rows, cols)
             _block_forbidden(p, mask, rows, cols, causal, window)  # forbidden pairs: score -inf, weight 0
             p -= lse_col[..., rows, :]
-            np.exp(p, out=p)  # eq-ch7-recompute: p_ij = exp(s_ij - lse_i), the weights of this tile, (..., t, b)
-            do_t = d_out[..., rows, :]  # (..., t, d_v)
-            dv[..., cols, :] += np.swapaxes(p, -1, -2) @ do_t  # eq-ch5-dv: (..., b, t) @ (..., t, d_v)
-            ds = do_t @ np.swapaxes(v_blk, -1, -2)  # eq-ch5-da: dA of this tile, (..., t, d_v) @ (..., d_v, b)
+            # eq-ch7-recompute: p_ij = exp(s_ij - lse_i), the weights of this tile, (..., n_blk, m_blk)
+            np.exp(p, out=p)
+            do_blk = d_out[..., rows, :]  # (..., n_blk, d_v)
+            # eq-ch5-dv: (..., m_blk, n_blk) @ (..., n_blk, d_v)
+            dv[..., cols, :] += np.swapaxes(p, -1, -2) @ do_blk
+            # eq-ch5-da: dA of this tile, (..., n_blk, d_v) @ (..., d_v, m_blk)
+            ds = do_blk @ np.swapaxes(v_blk, -1, -2)
             ds -= delta[..., rows, :]  # eq-ch5-softmax-backward with eq-ch7-delta: da_ij - δ_i
-            ds *= p  # ... times p_ij: dS̃ of this tile, in place, (..., t, b)
+            ds *= p  # ... times p_ij: dS̃ of this tile, in place, (..., n_blk, m_blk)
             ds *= scale  # eq-ch5-scale: dS = dS̃ / √d_k
-            dq[..., rows, :] += ds @ k_blk  # eq-ch5-dq: (..., t, b) @ (..., b, d_k)
-            dk[..., cols, :] += np.swapaxes(ds, -1, -2) @ qf[..., rows, :]  # eq-ch5-dk: (..., b, t) @ (..., t, d_k)
+            dq[..., rows, :] += ds @ k_blk  # eq-ch5-dq: (..., n_blk, m_blk) @ (..., m_blk, d_k)
+            # eq-ch5-dk: (..., m_blk, n_blk) @ (..., n_blk, d_k)
+            dk[..., cols, :] += np.swapaxes(ds, -1, -2) @ qf[..., rows, :]
             del p, ds  # free this tile before the next one exists
     return tuple(_sum_to_batch(g, x.shape).astype(result, copy=False) for g, x in ((dq, q), (dk, k), (dv, v)))
 

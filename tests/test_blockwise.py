@@ -424,40 +424,40 @@ def test_bad_inputs_use_the_package_checks(rng):
 
 def test_running_max_sum_right_and_wrong():
     def right(scores, block_size):
-        m, l = -np.inf, 0.0
+        s_max, z = -np.inf, 0.0
         for start in range(0, len(scores), block_size):
             block = scores[start:start + block_size]
-            m_new = max(m, block.max())
-            l = l * np.exp(m - m_new) + np.exp(block - m_new).sum()
-            m = m_new
-        return m, l
+            s_max_new = max(s_max, block.max())
+            z = z * np.exp(s_max - s_max_new) + np.exp(block - s_max_new).sum()
+            s_max = s_max_new
+        return s_max, z
 
     assert M.exercises.check_running_max_sum(right).ok
 
     def no_rescale(scores, block_size):
-        m, l = -np.inf, 0.0
+        s_max, z = -np.inf, 0.0
         for start in range(0, len(scores), block_size):
             block = scores[start:start + block_size]
-            m = max(m, block.max())
-            l += np.exp(block - m).sum()
-        return m, l
+            s_max = max(s_max, block.max())
+            z += np.exp(block - s_max).sum()
+        return s_max, z
 
     def upside_down(scores, block_size):
-        m, l = -np.inf, 0.0
+        s_max, z = -np.inf, 0.0
         for start in range(0, len(scores), block_size):
             block = scores[start:start + block_size]
-            m_new = max(m, block.max())
-            l = (l * np.exp(m_new - m) if l else 0.0) + np.exp(block - m_new).sum()
-            m = m_new
-        return m, l
+            s_max_new = max(s_max, block.max())
+            z = (z * np.exp(s_max_new - s_max) if z else 0.0) + np.exp(block - s_max_new).sum()
+            s_max = s_max_new
+        return s_max, z
 
     def block_max(scores, block_size):
-        m, l = -np.inf, 0.0
+        s_max, z = -np.inf, 0.0
         for start in range(0, len(scores), block_size):
             block = scores[start:start + block_size]
-            l = (l * np.exp(m - block.max()) if l else 0.0) + np.exp(block - block.max()).sum()
-            m = block.max()
-        return m, l
+            z = (z * np.exp(s_max - block.max()) if z else 0.0) + np.exp(block - block.max()).sum()
+            s_max = block.max()
+        return s_max, z
 
     def own_maxima(scores, block_size):
         blocks = [scores[i:i + block_size] for i in range(0, len(scores), block_size)]

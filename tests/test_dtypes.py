@@ -263,9 +263,9 @@ def test_float16_softmax_over_more_keys_than_float16_can_count(m):
 
 def test_online_softmax_keeps_its_running_sum_in_float32():
     x = np.zeros((2, 70_000), np.float16)
-    *_, (stop, m_run, l_run) = M.blockwise.online_softmax_steps(x, block_size=10_000)
-    assert stop == 70_000 and m_run.dtype == l_run.dtype == np.float32
-    np.testing.assert_array_equal(l_run, 70_000.0)  # float16 would hold inf
+    *_, (stop, s_max, z) = M.blockwise.online_softmax_steps(x, block_size=10_000)
+    assert stop == 70_000 and s_max.dtype == z.dtype == np.float32
+    np.testing.assert_array_equal(z, 70_000.0)  # float16 would hold inf
 
 
 @pytest.mark.parametrize("scale", [1.0, 30.0])

@@ -28,9 +28,9 @@ def _as_vector(answer, parts, what):
 
 def _state(scores, values):
     """The softmax state (s_max, z, acc) of one row of scores (r,) against values (r, d_v), computed directly."""
-    m = scores.max()
-    e = np.exp(scores - m)  # (r,)
-    return m, e.sum(), e @ values
+    s_max = scores.max()
+    e = np.exp(scores - s_max)  # (r,)
+    return s_max, e.sum(), e @ values
 
 
 def _row_scores():
@@ -64,16 +64,16 @@ def check_running_max_sum(running_max_sum):
     if failure is not None:
         return failure
     blocks = [scores[i:i + block_size] for i in range(0, len(scores), block_size)]
-    m_true = scores.max()
-    expected = [m_true, np.exp(scores - m_true).sum()]
+    s_max_true = scores.max()
+    expected = [s_max_true, np.exp(scores - s_max_true).sum()]
 
     def streamed(rescale, running=True):
-        m, l = -np.inf, 0.0
+        s_max, z = -np.inf, 0.0
         for block in blocks:
-            m_new = max(m, block.max()) if running else block.max()
-            l = l * rescale(m, m_new) + np.exp(block - m_new).sum()
-            m = m_new
-        return [m, l]
+            s_max_new = max(s_max, block.max()) if running else block.max()
+            z = z * rescale(s_max, s_max_new) + np.exp(block - s_max_new).sum()
+            s_max = s_max_new
+        return [s_max, z]
 
     with np.errstate(over="ignore", invalid="ignore"):
         mistakes = [
@@ -86,10 +86,10 @@ def check_running_max_sum(running_max_sum):
             (streamed(lambda old, new: math.exp(old - new) if old > -np.inf else 0.0, running=False),
              "s_max is the maximum of the last block only: keep the maximum of every score seen so far, "
              "s_max = max(s_max, block.max())."),
-            ([m_true, sum(np.exp(b - b.max()).sum() for b in blocks)],
+            ([s_max_true, sum(np.exp(b - b.max()).sum() for b in blocks)],
              "each block's terms are relative to that block's own maximum, and sums relative to different "
              "maxima cannot be added: bring them to the running maximum first."),
-            ([m_true, np.exp(scores).sum()],
+            ([s_max_true, np.exp(scores).sum()],
              "z is the sum of exp(score) itself, which overflows for scores near 800: subtract the running "
              "maximum before exp."),
         ]
@@ -109,10 +109,10 @@ def check_merge_states(merge):
 
     >>> import numpy as np
     >>> def merge(a, b):
-    ...     m = max(a[0], b[0])
-    ...     shift = 0.0 if m == -np.inf else m                # two empty parts: exp(-inf - 0) = 0
+    ...     s_max = max(a[0], b[0])
+    ...     shift = 0.0 if s_max == -np.inf else s_max        # two empty parts: exp(-inf - 0) = 0
     ...     fa, fb = np.exp(a[0] - shift), np.exp(b[0] - shift)
-    ...     return m, fa * a[1] + fb * b[1], fa * a[2] + fb * b[2]
+    ...     return s_max, fa * a[1] + fb * b[1], fa * a[2] + fb * b[2]
     >>> check_merge_states(merge)
     Right: two parts, a part with every key masked, and two such parts all merge correctly.
     """
@@ -126,18 +126,18 @@ def check_merge_states(merge):
         return np.concatenate([[state[0], state[1]], state[2]])
 
     def merged(first, second, fa, fb):
-        """Both parts' sums multiplied by the factors fa(m_a, m) and fb(m_b, m), where m = max(m_a, m_b)."""
-        m = max(first[0], second[0])
-        f, g = fa(first[0], m), fb(second[0], m)
-        return flat((m, f * first[1] + g * second[1], f * first[2] + g * second[2]))
+        """Both parts' sums multiplied by fa(s_max_a, s_max) and fb(s_max_b, s_max), s_max = max(s_max_a, s_max_b)."""
+        s_max = max(first[0], second[0])
+        f, g = fa(first[0], s_max), fb(second[0], s_max)
+        return flat((s_max, f * first[1] + g * second[1], f * first[2] + g * second[2]))
 
-    def down(mp, m):
-        return math.exp(mp - m)
+    def down(s_max_part, s_max):
+        return math.exp(s_max_part - s_max)
 
-    def up(mp, m):
-        return math.exp(m - mp)
+    def up(s_max_part, s_max):
+        return math.exp(s_max - s_max_part)
 
-    def one(mp, m):
+    def one(s_max_part, s_max):
         return 1.0
 
     # two ordinary merges side by side, (a, b) with the maximum in b and (b, a) with it in a, so that
