@@ -112,6 +112,7 @@ HEAD_COUNT_ABLATION = (
     (32, 16, 5.01, 25.4),
 )
 """Vaswani et al. (2017), Table 3: the base Transformer (d_model = 512) with h heads of width d_k = d_v = 512 / h,
-so that h·d_k stays 512 and the parameter count stays the same. Perplexity (per word piece) and BLEU on the
-English-to-German development set, newstest2013, as the paper prints them. The row h = 8 is the base model; the
-others are the rows (A). The paper gives no error bars."""
+so that h·d_k stays 512: "keeping the amount of computation constant", in the paper's words, and with it the
+parameter count. Perplexity (per word piece) and BLEU on the English-to-German development set, newstest2013, as
+the paper prints them (checked against the paper's text). The row h = 8 is the base model; the others are the rows
+(A). The paper gives no error bars."""

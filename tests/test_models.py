@@ -74,3 +74,17 @@ def test_chapter_3_cites_the_sources_of_every_row():
         for key in config.cite:
             assert re.search(r"\{cite:[tp]\}`[^`]*\b" + re.escape(key) + r"\b", prose), (
                 f"chapter 3 shows {config.name} but never cites {key}")
+
+
+def test_head_count_ablation_agrees_with_what_the_papers_text_says_of_its_table():
+    # Vaswani et al. (2017), section 6.2, in words: rows (A) vary h and d_k = d_v "keeping the amount of computation
+    # constant", and "single-head attention is 0.9 BLEU worse than the best setting"; the base row (h = 8) has
+    # perplexity 4.92 and BLEU 25.8 in Table 3 and d_k = d_model / h = 64 in section 3.2.2.
+    from mha_lessons.models import HEAD_COUNT_ABLATION
+
+    assert [row[0] for row in HEAD_COUNT_ABLATION] == [1, 4, 8, 16, 32]
+    assert all(h * d_k == 512 for h, d_k, _, _ in HEAD_COUNT_ABLATION)
+    assert (8, 64, 4.92, 25.8) in HEAD_COUNT_ABLATION
+    bleu = {h: b for h, _, _, b in HEAD_COUNT_ABLATION}
+    assert round(max(bleu.values()) - bleu[1], 1) == 0.9
+    assert bleu[32] < max(bleu.values())       # "quality also drops off with too many heads"
