@@ -215,7 +215,8 @@ def decode_step(x_new, params, cache=None, *, rope_base=None, window=None):
     """
     x_new, _, _, _ = _check_layer_inputs(x_new, x_new, x_new, params, None)
     s = x_new.shape[-2]
-    # steps 1-2 of the layer, for the new tokens only: (..., s, d_model) -> (..., h, s, d_k) and (..., h, s, d_v)
+    # step 1, for the new tokens only: project and split into heads (chapter 3's steps 1-2),
+    # (..., s, d_model) -> (..., h, s, d_k) and (..., h, s, d_v)
     q, k, v = project_heads(x_new, x_new, x_new, params)
     if cache is None:  # an empty cache, (..., h, 0, d_k): plain, or rolling for a window
         empty = dict(k=k[..., :0, :], v=v[..., :0, :])
@@ -225,13 +226,13 @@ def decode_step(x_new, params, cache=None, *, rope_base=None, window=None):
     new_positions = cache.next_position + np.arange(s)  # (s,): positions t - s .. t - 1
     if rope_base is not None:  # rotate the new queries and keys to their own positions; cache keys rotated
         q, k = rotary(q, new_positions, base=rope_base), rotary(k, new_positions, base=rope_base)
-    # the cached keys and values followed by the new ones, nothing dropped yet: (..., h, t, d_k)
+    # step 2: the cached keys and values followed by the new ones, nothing dropped yet: (..., h, t, d_k)
     seen = KVCache.append(cache, k, v)
     # step 3: new token i sits at position t - s + i and sees positions 0 .. t - s + i (the causal mask
     # aligned bottom-right), and with a window only the last `window` of them
     mask = position_mask(new_positions, seen.positions, window=cache.window)  # (s, t)
     out, _ = grouped_query_attention(q, seen.k, seen.v, mask)  # (..., h, s, d_v)
-    # steps 4-5: heads side by side, (..., h, s, d_v) -> (..., s, h d_v), then W_O
+    # step 4: heads side by side, (..., h, s, d_v) -> (..., s, h d_v), then W_O (chapter 3's steps 4-5)
     return mix_heads(combine_heads(out), params), cache.append(k, v)
 
 

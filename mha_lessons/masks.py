@@ -314,8 +314,8 @@ def unmask_empty_rows(mask):
     Under left padding, a causal mask combined with a key padding mask leaves the
     leading padded queries with no key; a softmax over an empty row is 0/0, which
     some implementations turn into NaN (``torch.nn.MultiheadAttention``) and then
-    into NaN gradients. Hugging Face's ``_unmask_unattended`` does what this does:
-    let such rows attend to everything. Their outputs are garbage, as for any
+    into NaN gradients. Hugging Face Transformers' ``_unmask_unattended`` (its later
+    4.x releases) did what this does: let such rows attend to everything. Their outputs are garbage, as for any
     padded query, but finite; rows that allow at least one key are unchanged.
 
     Parameters
