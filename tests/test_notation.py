@@ -261,13 +261,7 @@ class Symbols:
 # Symbols of chapters that other work owns, not yet listed or renamed. Each entry says why; the test below fails
 # as soon as an entry is no longer used, so that the list only shrinks. (Chapter 5's C and N, for O and N_rows,
 # are renamed on the branch that rewrites chapter 5; until it is merged, chapter 5 fails here.)
-NOT_YET_LISTED = {
-    "07_efficient_attention.ipynb": {
-        "\\delta": "the row sums of the backward pass: delta is the page's Kronecker delta",
-        "\\delta_{I}": "the same for a query tile",
-        "l": "FlashAttention's name for the normaliser, Z on the page",
-    },
-}
+NOT_YET_LISTED = {}
 
 
 def unlisted_symbols(text, page):
