@@ -355,14 +355,47 @@ def run(texts, *, model=None, removed=()):
     mask = padding_mask(lengths, n)  # (B, 1, n): no query attends to padding
     hidden, weights = [x], []
     for layer, heads in zip(model.layers, by_layer):
-        params = without_heads(layer.attention, heads) if heads else layer.attention
-        a, w = multihead_attention(x, x, x, params, mask)  # (B, n, d_model), (B, h, n, n)
-        x = layer_norm(x + a, *layer.ln_1, model.eps)
-        f = gelu(x @ layer.w_1 + layer.b_1) @ layer.w_2 + layer.b_2  # (B, n, d_ff) -> (B, n, d_model)
-        x = layer_norm(x + f, *layer.ln_2, model.eps)
+        x, w = encoder_layer(x, layer, mask, model.eps, removed=heads)
         hidden.append(x)
         weights.append(w)
     return Output(tokens, lengths, np.stack(hidden), np.stack(weights))
+
+
+def encoder_layer(x, layer, mask, eps, *, removed=()):
+    """One post-LN layer on x (B, n, d_model) -> (x (B, n, d_model), weights (B, h, n, n)); ``removed``: head numbers."""
+    params = without_heads(layer.attention, removed) if len(removed) else layer.attention
+    a, w = multihead_attention(x, x, x, params, mask)  # (B, n, d_model), (B, h, n, n)
+    x = layer_norm(x + a, *layer.ln_1, eps)
+    f = gelu(x @ layer.w_1 + layer.b_1) @ layer.w_2 + layer.b_2  # (B, n, d_ff) -> (B, n, d_model)
+    return layer_norm(x + f, *layer.ln_2, eps), w
+
+
+def single_head_ablations(texts, *, model=None):
+    """The embeddings of ``texts`` with each head removed alone: (L, h, N, d_model), unit rows.
+
+    The same numbers as ``embed(texts, removed=[(l, i)])`` for every head (l, i), computed
+    faster: the layers before l do not change, so each run starts from layer l's stored input.
+
+    Examples
+    --------
+    >>> e = single_head_ablations(["The cat sat.", "It rained."])
+    >>> e.shape
+    (6, 12, 2, 384)
+    >>> bool(np.allclose(e[4, 7], embed(["The cat sat.", "It rained."], removed=[(4, 7)])))
+    True
+    """
+    model = _model(model)
+    out = run(texts, model=model)
+    mask = padding_mask(out.lengths, out.hidden.shape[-2])  # (B, 1, n)
+    result = np.empty((model.num_layers, model.num_heads, len(texts), model.d_model), dtype=out.hidden.dtype)
+    for l in range(model.num_layers):
+        for i in range(model.num_heads):
+            x = out.hidden[l]  # (B, n, d_model): the input of layer l, unchanged by the removal
+            for k in range(l, model.num_layers):
+                x, _ = encoder_layer(x, model.layers[k], mask, model.eps, removed=[i] if k == l else ())
+            pooled = mean_pool(x, out.lengths)  # (B, d_model)
+            result[l, i] = pooled / np.linalg.norm(pooled, axis=-1, keepdims=True)
+    return result
 
 
 def attention_maps(text, *, model=None, removed=()):
@@ -469,9 +502,10 @@ def head_census(texts, *, model=None):
     from .stats import entropy
 
     model = _model(model)
+    out = run(texts, model=model)  # one padded batch
     sums = {name: 0.0 for name in PATTERNS + ("entropy",)}
-    for text in texts:
-        tokens, weights = attention_maps(text, model=model)  # (L, h, n, n)
+    for b, (tokens, n) in enumerate(zip(out.tokens, out.lengths)):
+        weights = out.weights[:, b, :, :n, :n]  # (L, B, h, n_max, n_max) -> (L, h, n, n): this sentence
         for name, mask in pattern_masks(tokens).items():
             sums[name] = sums[name] + (weights * mask).sum(axis=-1).mean(axis=-1)  # (L, h, n) -> (L, h)
         sums["entropy"] = sums["entropy"] + entropy(weights).mean(axis=-1)  # (L, h, n) -> (L, h)
@@ -497,6 +531,9 @@ def reference_bert(source=None, *, dtype="float32"):
     Built from the config and the state dict, so that nothing is looked up on the network. The
     file's pooler (a dense layer on [CLS]) is loaded too; sentence embeddings do not use it.
     """
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: it must not look online
     import torch
     from safetensors.torch import load as load_safetensors
     from transformers import BertConfig, BertModel
