@@ -515,12 +515,12 @@ def head_census(texts, *, model=None):
 def dominant_patterns(census, *, threshold=0.5):
     """Each head's dominant pattern: the one of ``PATTERNS`` with the largest share, if it reaches ``threshold``.
 
-    Returns an (L, h) array of pattern names, "broad" where no pattern reaches the threshold.
+    Returns an (L, h) array of pattern names, "mixed" where no pattern reaches the threshold.
     """
     shares = np.stack([census[name] for name in PATTERNS])  # (patterns, L, h)
     best = shares.argmax(axis=0)  # (L, h)
     names = np.array(PATTERNS, dtype=object)[best]
-    return np.where(shares.max(axis=0) >= threshold, names, "broad")
+    return np.where(shares.max(axis=0) >= threshold, names, "mixed")
 
 
 # ---------------------------------------------------------------- the reference implementation

@@ -300,7 +300,7 @@ def test_dominant_patterns_picks_the_largest_share_above_the_threshold():
     census = {name: zeros.copy() for name in P.PATTERNS}
     census["[SEP]"][0] = [0.9, 0.3, 0.1]
     census["previous"][0] = [0.05, 0.6, 0.2]
-    assert P.dominant_patterns(census).tolist() == [["[SEP]", "previous", "broad"]]
+    assert P.dominant_patterns(census).tolist() == [["[SEP]", "previous", "mixed"]]
 
 
 # ---------------------------------------------------------------- bad input, and what importing needs
