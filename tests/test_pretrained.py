@@ -335,3 +335,93 @@ def test_the_shipped_sentences():
     assert len(data["census"]) >= 10 and all(len(pair) == 2 for pair in data["pairs"])
     coref = data["coreference"]
     assert coref["tired"].replace("tired", "wide") == coref["wide"]
+
+
+# ---------------------------------------------------------------- chapter 11's exercise checkers, as a learner writes
+
+def test_check_previous_share_accepts_a_loop_and_names_the_mistakes():
+    from mha_lessons.exercises import check_previous_share
+
+    def loop(w):
+        return sum(w[i, i - 1] for i in range(1, len(w))) / len(w)
+
+    assert check_previous_share(loop).ok
+    wrong = {
+        "average over all n": lambda w: np.mean([w[i, i - 1] for i in range(1, len(w))]),
+        "next": lambda w: sum(w[i, i + 1] for i in range(len(w) - 1)) / len(w),
+        "itself": lambda w: np.mean(np.diag(w)),
+        "wrapped around": lambda w: np.mean([w[i, i - 1] for i in range(len(w))]),
+    }
+    for words, answer in wrong.items():
+        verdict = check_previous_share(answer)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def test_check_mean_pool_accepts_a_loop_and_names_the_mistakes():
+    from mha_lessons.exercises import check_mean_pool
+
+    def loop(hidden, lengths):
+        rows = [hidden[b, :n].mean(axis=0) for b, n in enumerate(lengths)]
+        return np.array([r / np.sqrt(r @ r) for r in rows])
+
+    assert check_mean_pool(loop).ok
+    wrong = {
+        "padding was averaged": lambda hidden, lengths: loop(hidden, [hidden.shape[1]] * len(lengths)),
+        "not scaled to length 1": lambda hidden, lengths: np.array([hidden[b, :n].mean(0)
+                                                                    for b, n in enumerate(lengths)]),
+        "[CLS] token alone": lambda hidden, lengths: hidden[:, 0] / np.linalg.norm(hidden[:, 0], axis=1,
+                                                                                 keepdims=True),
+    }
+    for words, answer in wrong.items():
+        verdict = check_mean_pool(answer)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def test_check_head_query_weights_accepts_a_reshape_and_names_the_mistakes():
+    from mha_lessons.exercises import check_head_query_weights
+
+    def by_reshape(weight, head, num_heads):
+        d_model = weight.shape[1]
+        return weight.reshape(num_heads, -1, d_model)[head].T  # (h, d_k, d_model) -> (d_model, d_k)
+
+    assert check_head_query_weights(by_reshape).ok
+    wrong = {
+        "transpose them": lambda w, i, h: w.reshape(h, -1, w.shape[1])[i],
+        "not every h-th output": lambda w, i, h: w[i::h].T,
+        "counted from 0": lambda w, i, h: w.reshape(h, -1, w.shape[1])[i + 1].T,
+    }
+    for words, answer in wrong.items():
+        verdict = check_head_query_weights(answer)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+# ---------------------------------------------------------------- the panel of chapter 11
+
+def test_the_panels_frames_show_each_heads_weights_in_the_right_cells():
+    import io
+
+    import matplotlib
+    from PIL import Image
+
+    from mha_lessons import heads_panel, plotting
+
+    tokens = ["[CLS]", "a", "b", "[SEP]"]
+    rng = np.random.default_rng(5)
+    weights = rng.dirichlet(np.ones(4), size=(2, 3, 4))  # (L, h, n, n), rows sum to 1
+    frames = heads_panel.head_frames(tokens, weights)
+    assert sorted(frames) == [(l, i) for l in range(2) for i in range(3)]
+    _, (left, top, right, bottom) = heads_panel._template(tokens)
+    colormap = matplotlib.colormaps[plotting.WEIGHTS_CMAP]
+    for (layer, head), png in frames.items():
+        image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+        for i in range(4):
+            for j in range(4):
+                x = int(left + (j + 0.5) * (right - left) / 4)  # the middle of cell (query i, key j)
+                y = int(top + (i + 0.5) * (bottom - top) / 4)
+                expected = np.array(colormap(weights[layer, head, i, j])[:3]) * 255
+                assert np.abs(image[y, x] - expected).max() < 24, (layer, head, i, j)  # 64-colour palette
+    panel = heads_panel.real_model_panel({"one": (tokens, weights)}, layer=1, head=2)
+    assert len(panel.states) == 6
+    assert "layer 1, head 2" in panel.default_state().text and "type=\"range\"" in panel.to_html()
+    with pytest.raises(ValueError, match="n = 4 tokens"):
+        heads_panel.head_frames(tokens, weights[..., :3])
