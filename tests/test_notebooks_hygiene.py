@@ -245,6 +245,7 @@ NOT_COMPARED = {
     ("10_what_heads_learn.ipynb", "relation-scores-of-trained-heads"): "claims",
     ("10_what_heads_learn.ipynb", "one-head-equal-and-unequal-tokens"): "claims",
     ("10_what_heads_learn.ipynb", "one-head-whose-keys-see-tokens"): "claims",
+    ("11_real_model_heads.ipynb", "real-model-panel"): "panel",
 }
 
 
