@@ -370,6 +370,21 @@ def encoder_layer(x, layer, mask, eps, *, removed=()):
     return layer_norm(x + f, *layer.ln_2, eps), w
 
 
+def pair_similarities(embeddings):
+    """Cosine similarity of texts 0 and 1, 2 and 3, ...: unit rows (..., 2 P, d_model) -> (..., P).
+
+    Examples
+    --------
+    >>> pair_similarities(np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [0.6, 0.8]]))
+    array([0., 1.])
+    """
+    embeddings = np.asarray(embeddings)
+    if embeddings.ndim < 2 or embeddings.shape[-2] % 2:
+        raise ValueError(f"embeddings must be (..., 2 P, d_model), pairs one after the other; got shape "
+                         f"{embeddings.shape}")
+    return np.sum(embeddings[..., 0::2, :] * embeddings[..., 1::2, :], axis=-1)  # (..., P, d) -> (..., P)
+
+
 def single_head_ablations(texts, *, model=None):
     """The embeddings of ``texts`` with each head removed alone: (L, h, N, d_model), unit rows.
 

@@ -320,6 +320,8 @@ def test_bad_input_is_named(model32):
         P.attention_maps("text", model="not a model")
     with pytest.raises(TypeError, match="string"):
         P.attention_maps(["a list"], model=model32)
+    with pytest.raises(ValueError, match=r"pairs one after the other; got shape \(3, 4\)"):
+        P.pair_similarities(np.ones((3, 4)))
 
 
 def test_the_module_imports_no_library_until_used():
