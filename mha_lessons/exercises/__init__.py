@@ -29,6 +29,7 @@ from .ch08 import check_cache_bytes, check_expand_kv, check_mean_pool_kv, check_
 from .ch09 import (check_w_o_rows, check_allreduce_bytes, check_worker_output, check_split_head_counts,
                    check_split_head_work)
 from .ch10 import check_relation_positions, check_relation_score, check_both_right, check_head_weights
+from .ch11 import check_previous_share, check_mean_pool, check_head_query_weights
 
 __all__ = [
     "Verdict", "call_learner", "compare",
@@ -44,4 +45,5 @@ __all__ = [
     "check_mean_pool_kv", "check_earlier_changed", "check_w_o_rows", "check_allreduce_bytes",
     "check_worker_output", "check_split_head_counts", "check_split_head_work", "check_relation_positions",
     "check_relation_score", "check_both_right", "check_head_weights",
+    "check_previous_share", "check_mean_pool", "check_head_query_weights",
 ]
