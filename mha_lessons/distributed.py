@@ -288,3 +288,82 @@ def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4
         "max_abs_output": reports[0]["max_abs_output"],
         "identical_on_all_workers": all(np.array_equal(y, outputs[0]) for y in outputs),
     }
+
+
+def ring_attention_process(rank, num_workers, store_path, problem, timeout, queue, log_path):
+    """One process of ``run_ring_attention``: hold one block of positions, pass key/value blocks around the ring."""
+    import traceback
+
+    with open(log_path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        import torch
+
+        from .attention import causal_mask, scaled_dot_product_attention
+        from .blockwise import blockwise_attention_with_lse
+        from .sequence_parallel import merge_partials
+
+        dist = _join_group(rank, num_workers, store_path, timeout)
+        try:
+            q, k, v = np.random.default_rng(problem["seed"]).normal(
+                size=(3, problem["num_heads"], problem["n"], problem["d_k"]))  # (h, n, d_k) each
+            p, size = num_workers, problem["n"] // num_workers
+            mine = slice(rank * size, (rank + 1) * size)  # this worker's positions
+            mask = causal_mask(problem["n"]) if problem["causal"] else None
+            kv = torch.from_numpy(np.stack([k[..., mine, :], v[..., mine, :]]))  # (2, h, n_r, d_k): its own block
+            state, sent = None, 0
+            for step in range(p):
+                owner = (rank - step) % p  # whose block this worker holds now
+                cols = slice(owner * size, (owner + 1) * size)
+                if not (problem["causal"] and cols.start > mine.stop - 1):  # a block wholly in the future: skip
+                    tile = None if mask is None else mask[mine, cols]
+                    part = blockwise_attention_with_lse(q[..., mine, :], kv[0].numpy(), kv[1].numpy(), tile)
+                    state = part if state is None else merge_partials(*state, *part)
+                if step < p - 1:  # send the block on to the right, receive the next one from the left
+                    incoming = torch.empty_like(kv)
+                    request = dist.isend(kv, (rank + 1) % p)
+                    dist.recv(incoming, (rank - 1) % p)
+                    request.wait()
+                    sent += kv.numel()
+                    kv = incoming
+            blocks = [torch.empty(state[0].shape, dtype=torch.float64) for _ in range(p)]
+            dist.all_gather(blocks, torch.from_numpy(np.ascontiguousarray(state[0])))  # only to check the result
+            report = {"rank": rank, "positions": [mine.start, mine.stop], "sent": sent}
+            if rank == 0:
+                out = np.concatenate([b.numpy() for b in blocks], axis=-2)  # (h, n, d_k)
+                reference, _ = scaled_dot_product_attention(q, k, v, mask)
+                report["max_abs_diff"] = float(np.abs(out - reference).max())
+                report["max_abs_output"] = float(np.abs(reference).max())
+            queue.put(("ok", rank, report))
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        queue.put(("error", rank, traceback.format_exc()))
+        raise
+
+
+def run_ring_attention(num_workers=2, *, num_heads=2, n=16, d_k=4, causal=True, seed=0, timeout=60.0):
+    """Ring attention on ``num_workers`` real gloo processes, checked against unsplit attention on one.
+
+    Each process holds n / p positions of q, k and v (drawn from ``seed``; every process draws the same
+    arrays and keeps its block), and passes key/value blocks to its right-hand neighbour with
+    ``dist.isend`` / ``dist.recv``, merging each block's partial softmax into its own (as
+    ``sequence_parallel.ring_attention`` does in one process). Worker 0 gathers the blocks and compares.
+
+    Returns
+    -------
+    dict: ``num_workers``, ``positions`` (per rank), ``sent`` (numbers each worker sent), ``max_abs_diff``
+    (the gathered output against unsplit attention) and ``max_abs_output`` (the size of that output).
+    """
+    require_positive_int(num_workers, "num_workers")
+    for value, name in ((num_heads, "num_heads"), (n, "n"), (d_k, "d_k")):
+        require_positive_int(value, name)
+    if n % num_workers:
+        raise ValueError(f"num_workers = p = {num_workers} does not divide the sequence length n = {n}")
+    _check_torch_and_timeout("run_ring_attention", timeout)
+    problem = {"num_heads": num_heads, "n": n, "d_k": d_k, "causal": bool(causal), "seed": seed}
+    reports = _run_workers(ring_attention_process, num_workers, (problem,), timeout)
+    return {"num_workers": num_workers, "positions": [reports[r]["positions"] for r in range(num_workers)],
+            "sent": [reports[r]["sent"] for r in range(num_workers)], "max_abs_diff": reports[0]["max_abs_diff"],
+            "max_abs_output": reports[0]["max_abs_output"]}

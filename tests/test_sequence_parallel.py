@@ -77,3 +77,16 @@ def test_bad_splits_name_the_numbers(rng):
         ring_attention(x, x[:, :4], x, 2)
     with pytest.raises(ValueError, match="p pieces"):
         all_to_all([[np.zeros(1)], [np.zeros(1), np.zeros(1)]])
+
+
+@pytest.mark.parametrize("p, causal", [(2, True), (4, False)])
+def test_ring_attention_on_real_gloo_processes_equals_unsplit_attention(p, causal):
+    import multiprocessing
+
+    report = M.distributed.run_ring_attention(p, num_heads=2, n=16, d_k=4, causal=causal, seed=1, timeout=120)
+    assert report["max_abs_diff"] <= 1e-12 and report["max_abs_output"] > 0.1
+    assert report["positions"] == [[r * 16 // p, (r + 1) * 16 // p] for r in range(p)]
+    assert report["sent"] == [ring_attention_sent(16, 4, 4, p, heads=2)] * p
+    assert multiprocessing.active_children() == []
+    with pytest.raises(ValueError, match="p = 3 does not divide the sequence length n = 16"):
+        M.distributed.run_ring_attention(3)
