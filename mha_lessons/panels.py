@@ -401,7 +401,7 @@ def multihead_panel(num_heads=4, d_model=64, *, heads=MULTIHEAD_HEADS, widths=MU
 # The website's grid (each state a chart); the live panel offers widgets.COST_* (every power of two).
 COST_PANEL_LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
 COST_PANEL_WIDTHS = (512, 2048)
-COST_PANEL_HEADS = (1, 8, 32)
+COST_PANEL_HEADS = (1, 8)
 
 
 def _mib(x):
