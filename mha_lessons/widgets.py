@@ -48,8 +48,9 @@ def make_panel(draw, controls, figsize=(8, 4), *, symbols=None, adjust=None):
     Returns
     -------
     ipywidgets.VBox, with the class ``mha-live-panel`` and the dict of controls as ``.controls``.
-    Its last child is a note, hidden until the front end marks the panel as cut off from
-    its kernel (a restart): ``live_helper_html`` holds the style that shows it.
+    Its second child (under the controls) is a note, hidden until the front end marks the
+    panel as cut off from its kernel (a restart): ``live_helper_html`` holds the style that
+    shows it.
     """
     output = widgets.Output()
     busy = []
@@ -88,7 +89,7 @@ def make_panel(draw, controls, figsize=(8, 4), *, symbols=None, adjust=None):
             rows.append(control)
         control.observe(redraw, names="value")
     stale = widgets.HTML(f'<div class="mha-stale" style="display:none">{STALE_NOTE}</div>')
-    box = widgets.VBox([widgets.HBox(rows, layout={"flex_flow": "row wrap"}), output, stale])
+    box = widgets.VBox([widgets.HBox(rows, layout={"flex_flow": "row wrap"}), stale, output])
     box.add_class("mha-live-panel")
     box.controls = controls
     redraw()
@@ -104,6 +105,7 @@ STALE_NOTE = ("This panel has lost its kernel (it was restarted or shut down), s
 # keys to the focused slider, and that replaces "model not found" in a reopened notebook by an instruction.
 LIVE_HELPER = """<style>
 .jupyter-widgets-disconnected .mha-stale { display: block !important; color: #a40000; font-weight: bold; }
+.mha-live-panel .jupyter-widgets-disconnected::before { content: none !important; }  /* one note, not an icon each */
 </style>
 <script>
 (function () {

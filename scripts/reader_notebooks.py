@@ -45,6 +45,10 @@ FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,})\{(?P<name>[\
 ADMONITION_TITLES = {"note": "Note", "warning": "Warning", "tip": "Tip", "important": "Important", "hint": "Hint",
                      "seealso": "See also", "caution": "Caution", "attention": "Attention", "danger": "Danger",
                      "error": "Error"}
+RUN_BOX = re.compile(r"^\*\*Run this chapter:\*\*.*?(?=\n\s*\n|\Z)", re.MULTILINE | re.DOTALL)
+READER_BOX = ("**Run this chapter:** this notebook is the website's chapter for Jupyter and Colab, generated from "
+              "`book/{name}`. Run its cells from the top (JupyterLab: *Run → Run All Cells*): the first one "
+              "installs whatever is missing, and the sliders become live.")
 PANEL_NOTE = ("*This panel is live in Jupyter and Colab: run the cells above, then this one, and move the sliders "
               "with the mouse or the arrow keys; any value redraws. Until the cell runs, the panel below is the "
               "website's precomputed one.*")
@@ -215,14 +219,20 @@ class Chapter:
         return explicit(content)[0] or explicit(content)[1]  # ref, numref, term, ...: their text
 
     def markdown(self, text):
-        text = TARGET.sub("", text)
-        text = LABELLED_EQUATION.sub(self.equation, text)
-        text = directives(text, self)
+        text = structure(text, self)
         return ROLE.sub(self.role, text)
 
     def equation(self, match):
         body = re.sub(r"\\label\{[^}]*\}", "", match["body"])
         return f"$${body.rstrip()} \\tag{{{self.equations[match['label']]}}}$$"
+
+
+def structure(text, chapter):
+    """Everything but the roles: the opening box, targets, labelled equations, fenced directives."""
+    text = RUN_BOX.sub(lambda m: READER_BOX.format(name=chapter.path.name), text, count=1)
+    text = TARGET.sub("", text)
+    text = LABELLED_EQUATION.sub(chapter.equation, text)
+    return directives(text, chapter)
 
 
 def explicit(content):

@@ -113,3 +113,4 @@ def test_the_install_cell_asks_pip_for_exactly_what_is_missing(monkeypatch, caps
         (torch_call,) = [args for args in calls if "torch" in args]
         assert torch_call[torch_call.index("--index-url") + 1] == "https://download.pytorch.org/whl/cpu"
     assert ("reload this page" in capsys.readouterr().out) == ("ipywidgets" in absent)
+    assert all(len(line) <= 90 for line in source.splitlines()), "a line of the install cell is wider than 90"

@@ -68,6 +68,8 @@ def test_same_code_cells_and_outputs_and_the_same_markdown_cells_in_order(path):
         assert (a["cell_type"], a.get("id")) == (b["cell_type"], b.get("id"))
         if a["cell_type"] == "code":
             assert a == b  # source, outputs, tags: untouched
+    assert "**Run this chapter:**" in markdown(read)[0] and f"`book/{path.name}`" in markdown(read)[0]
+    assert "rocket" not in markdown(read)[0]  # the website's buttons are not in a notebook
     notes = [c for c in added if c.get("id", "").endswith("-note")]
     assert len(notes) == sum(1 for c in book["cells"] if R.is_panel_cell(c))
     assert read["metadata"]["kernelspec"] == book["metadata"]["kernelspec"]
@@ -78,14 +80,13 @@ def glue_checks(path):
     book, read = load(path), reader(path)
     kept = [c for c in read["cells"] if c.get("id") != "reader-references" and not c.get("id", "").endswith("-note")]
     chapter = R.Chapter(path, {}, R.equation_numbers(CHAPTERS), R.bibliography(), {})
+    # the structure (opening box, targets, labelled equations, fences) as the script rewrites it; roles left
     found = []
     for a, b in zip(book["cells"], kept):
         if a["cell_type"] != "markdown":
             continue
         source = "".join(a["source"])
-        # the structure (targets, labelled equations, fences) as the script rewrites it; roles left in place
-        structure = R.directives(R.LABELLED_EQUATION.sub(chapter.equation, R.TARGET.sub("", source)), chapter)
-        structure = structure.rstrip("\n")
+        structure = R.structure(source, chapter).rstrip("\n")
         pattern, roles = "", []
         for piece in re.split(r"(\{[\w:-]+\}`[^`]*`)", structure):
             role = re.fullmatch(r"\{([\w:-]+)\}`([^`]*)`", piece)
