@@ -1,11 +1,12 @@
-"""Chapter 3's reader notebook in a real JupyterLab, as a learner meets it: run it, move both sliders with the keyboard.
+"""Chapter 3's reader notebook in a real JupyterLab and Notebook 7, as a learner meets it: run it, move both sliders
+with the keyboard.
 
-The test starts JupyterLab (`make lab`'s front end, from .venv) on a free local port, on a copy of
+The test starts JupyterLab (`make lab`'s front end, from .venv), then Notebook 7, on a free local port, on a copy of
 reader/book/03_multi_head_attention.ipynb in a temporary folder (JupyterLab saves what it runs), and drives
 it with the headless Chromium of tests/test_browser.py. It checks that the panel cell gives the live
 ipywidgets panel, that the arrow keys move its sliders (not the notebook's cursor), that h only takes
 divisors of d_model, that the figure and the numbers change, that no widget error shows, and that after a
-kernel restart the panel says it is stale. Screenshots: _build/screenshots/lab-*.png.
+kernel restart the panel says it is stale. Screenshots: _build/screenshots/lab-<front end>-*.png.
 """
 
 import os
@@ -42,11 +43,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+FRONT_ENDS = {  # the server's command, its option that exposes the app as window.jupyterapp, the page
+    "jupyterlab": ("lab", "--LabApp.expose_app_in_browser=True", "lab/tree"),
+    "notebook7": ("notebook", "--JupyterNotebookApp.expose_app_in_browser=True", "notebooks"),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(FRONT_ENDS))
+def lab(request, tmp_path_factory):
     require_browser()
     require_lab()
-    folder = tmp_path_factory.mktemp("lab")
+    command, expose, page = FRONT_ENDS[request.param]
+    folder = tmp_path_factory.mktemp(request.param)
     shutil.copy(NOTEBOOK, folder / NOTEBOOK.name)
     settings = folder / ".settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
@@ -56,8 +64,8 @@ def lab(tmp_path_factory):
                JUPYTER_CONFIG_DIR=str(folder / ".jupyter"), JUPYTERLAB_SETTINGS_DIR=str(folder / ".settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(folder / ".workspaces"))
     server = subprocess.Popen(
-        [str(JUPYTER), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={folder}", "--LabApp.expose_app_in_browser=True", "--allow-root"],
+        [str(JUPYTER), command, "--no-browser", f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={folder}", expose, "--allow-root"],
         cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "server.log", "w"))
     deadline = time.time() + 90
     while time.time() < deadline and server.poll() is None:
@@ -67,8 +75,8 @@ def lab(tmp_path_factory):
         time.sleep(0.5)
     else:
         server.terminate()
-        pytest.fail("JupyterLab did not start: " + (folder / "server.log").read_text()[-2000:])
-    yield f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK.name}?token={token}"
+        pytest.fail(f"{request.param} did not start: " + (folder / "server.log").read_text()[-2000:])
+    yield request.param, f"http://127.0.0.1:{port}/{page}/{NOTEBOOK.name}?token={token}"
     server.terminate()
     try:
         server.wait(timeout=30)
@@ -123,16 +131,21 @@ return Array.from(document.querySelectorAll('.mha-live-panel .widget-slider .wid
 """
 
 
-def test_chapter_3_runs_in_jupyterlab_and_its_live_sliders_follow_the_keyboard(lab, browser):
+def test_chapter_3_runs_and_its_live_sliders_follow_the_keyboard(lab, browser):
     from selenium.webdriver.common.keys import Keys
 
-    browser.get(lab)
+    front_end, url = lab
+
+    def shot(name):
+        browser.save_screenshot(str(SHOTS / f"lab-{front_end}-{name}.png"))
+
+    browser.get(url)
     wait_for(browser, "return !!(window.jupyterapp && window.jupyterapp.shell.currentWidget"
                       " && window.jupyterapp.shell.currentWidget.sessionContext"
                       " && window.jupyterapp.shell.currentWidget.sessionContext.session"
                       " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel)", 120, "the notebook")
     time.sleep(2)
-    browser.save_screenshot(str(SHOTS / "lab-opened.png"))
+    shot("opened")
     browser.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
     wait_for(browser, "return !!(document.querySelector('.mha-live-panel .widget-slider .noUi-handle')"
                       " && document.querySelector('.mha-live-panel img'))", 300, "the live panel")
@@ -142,7 +155,7 @@ def test_chapter_3_runs_in_jupyterlab_and_its_live_sliders_follow_the_keyboard(l
     scroll = "document.querySelector('.mha-live-panel').scrollIntoView({block: 'start'});"
     browser.execute_script(scroll)
     time.sleep(1)
-    browser.save_screenshot(str(SHOTS / "lab-panel.png"))
+    shot("panel")
 
     before = browser.execute_script(PANEL_TEXT)
     assert "d_model = 64, h = 4  ->  d_k = d_model / h = 16" in before["text"]
@@ -168,7 +181,7 @@ def test_chapter_3_runs_in_jupyterlab_and_its_live_sliders_follow_the_keyboard(l
         browser.execute_script(PANEL_TEXT)), 60, "the redraw")
     browser.execute_script(scroll)
     time.sleep(1)
-    browser.save_screenshot(str(SHOTS / "lab-moved.png"))
+    shot("moved")
     assert "d_model = 96, h = 6  ->  d_k = d_model / h = 16" in after["text"]
     assert after["img"] != before["img"], "the figure did not change"
     assert "not divisible" not in after["text"]
@@ -183,5 +196,5 @@ def test_chapter_3_runs_in_jupyterlab_and_its_live_sliders_follow_the_keyboard(l
     browser.execute_script("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart();")
     wait_for(browser, "const s = document.querySelector('.mha-live-panel .mha-stale');"
                       "return s && s.offsetParent !== null;", 60, "the stale-panel note after a restart")
-    browser.save_screenshot(str(SHOTS / "lab-restarted.png"))
+    shot("restarted")
     assert re.search(r"lost its kernel", browser.execute_script("return document.body.innerText"))
