@@ -201,7 +201,8 @@ class Panel:
             cid = f"{uid}-{control.name}"
             if isinstance(control, Checkbox):
                 checked = " checked" if control.default else ""
-                parts.append(f'<span><input type="checkbox" id="{cid}" data-control="{i}"{checked}> '
+                parts.append(f'<span><input type="checkbox" id="{cid}" data-control="{i}"{checked} '
+                             f'data-lm-suppress-shortcuts="true"> '
                              f'<label for="{cid}">{control.symbol or esc(control.label)}</label></span>')
             else:
                 index = control.values.index(control.default)
@@ -212,7 +213,7 @@ class Panel:
                     f'{control.symbol or esc(control.label)}</label> '
                     f'{end}{esc(shown[0])}</span> '
                     f'<input type="range" id="{cid}" data-control="{i}" min="0" max="{len(shown) - 1}" step="1" '
-                    f'value="{index}" aria-valuetext="{esc(shown[index])}" '
+                    f'value="{index}" aria-valuetext="{esc(shown[index])}" data-lm-suppress-shortcuts="true" '
                     f"data-values='{esc(json.dumps(shown))}' style=\"vertical-align:middle\"> "
                     f'{end}{esc(shown[-1])}</span> '
                     f'<output for="{cid}" id="{cid}-value" style="display:inline-block;min-width:3em;font-weight:bold">'

@@ -23,8 +23,9 @@ The package imports this module only when a chapter uses it (``M.widgets``), so
 import math
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
+from matplotlib.figure import Figure
 
 from ._checks import is_int
 from .attention import softmax
@@ -65,11 +66,12 @@ def make_panel(draw, controls, figsize=(8, 4), *, symbols=None, adjust=None):
             finally:
                 busy.clear()
         values = {name: control.value for name, control in controls.items()}
+        # A Figure outside pyplot: no figure left open to be shown again by the next redraw's plt.show()
+        fig = Figure(figsize=figsize)
+        summary = draw(fig, **values)
         with output:
             output.clear_output(wait=True)
-            fig = plt.figure(figsize=figsize)
-            summary = draw(fig, **values)
-            plt.show()
+            display(fig)
             if summary:
                 print(summary)
 
@@ -101,8 +103,8 @@ STALE_NOTE = ("This panel has lost its kernel (it was restarted or shut down), s
 
 # Shown after a live panel (an HTML output, trusted because the kernel produced it): the style that
 # reveals the stale note when ipywidgets marks a view `jupyter-widgets-disconnected`, and a script that
-# marks every live panel `data-lm-suppress-shortcuts`, so that JupyterLab and Notebook 7 leave the arrow
-# keys to the focused slider, and that replaces "model not found" in a reopened notebook by an instruction.
+# marks every element of a live panel `data-lm-suppress-shortcuts`, so that JupyterLab and Notebook 7 leave
+# the arrow keys to the focused slider, and that replaces "model not found" in a reopened notebook by an instruction.
 LIVE_HELPER = """<style>
 .jupyter-widgets-disconnected .mha-stale { display: block !important; color: #a40000; font-weight: bold; }
 .mha-live-panel .jupyter-widgets-disconnected::before { content: none !important; }  /* one note, not an icon each */
@@ -110,8 +112,12 @@ LIVE_HELPER = """<style>
 <script>
 (function () {
   function mark() {
-    document.querySelectorAll(".mha-live-panel").forEach(function (panel) {
-      panel.setAttribute("data-lm-suppress-shortcuts", "true");
+    // Lumino stops looking for a shortcut at the first element that carries the attribute, walking up
+    // from the focused one, which a selector such as ".jp-Notebook :focus" matches first: mark them all.
+    document.querySelectorAll(".mha-live-panel, .mha-live-panel *").forEach(function (node) {
+      if (!node.hasAttribute("data-lm-suppress-shortcuts")) {
+        node.setAttribute("data-lm-suppress-shortcuts", "true");
+      }
     });
     document.querySelectorAll(".jupyter-widgets").forEach(function (node) {
       if (node.children.length === 0 && /model not found/.test(node.textContent)) {

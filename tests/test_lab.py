@@ -146,6 +146,18 @@ def test_chapter_3_runs_and_its_live_sliders_follow_the_keyboard(lab, browser):
                       " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel)", 120, "the notebook")
     time.sleep(2)
     shot("opened")
+    # the Markdown as the front end renders it: numbers, equation numbers and citations, no MyST
+    wait_for(browser, "return document.querySelectorAll('.jp-RenderedMarkdown mjx-container').length > 20", 60,
+             "MathJax in the Markdown cells")
+    prose = browser.execute_script("return Array.from(document.querySelectorAll('.jp-RenderedMarkdown'))"
+                                   ".map(e => e.innerText).join('\\n');")
+    for myst in ("{glue", "{eq}", "{cite", "{doc}", ":::", "```{"):
+        assert myst not in prose, f"MyST shows in the rendered notebook: {myst}"
+    assert re.search(r"Vaswani et al\.,? \(?2017", prose), "no author-year citation"
+    browser.execute_script("document.querySelector('.jp-RenderedMarkdown mjx-container[display=\"true\"]')"
+                           ".scrollIntoView({block: 'center'});")
+    time.sleep(1)
+    shot("equation")
     browser.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
     wait_for(browser, "return !!(document.querySelector('.mha-live-panel .widget-slider .noUi-handle')"
                       " && document.querySelector('.mha-live-panel img'))", 300, "the live panel")
@@ -160,8 +172,9 @@ def test_chapter_3_runs_and_its_live_sliders_follow_the_keyboard(lab, browser):
     before = browser.execute_script(PANEL_TEXT)
     assert "d_model = 64, h = 4  ->  d_k = d_model / h = 16" in before["text"]
     assert browser.execute_script(SLIDER_VALUES) == ["4", "64"]
-    assert browser.execute_script("return document.querySelector('.mha-live-panel')"
-                                  ".closest('[data-lm-suppress-shortcuts]') !== null")
+    assert browser.execute_script(  # the focused handle itself must say so: Lumino matches ':focus' first
+        "const h = document.querySelectorAll('.mha-live-panel .noUi-handle');"
+        "return h.length === 2 && Array.from(h).every(e => e.hasAttribute('data-lm-suppress-shortcuts'));")
     active = "return window.jupyterapp.shell.currentWidget.content.activeCellIndex"
 
     handles = browser.find_elements("css selector", ".mha-live-panel .widget-slider .noUi-handle")
