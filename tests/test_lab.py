@@ -5,8 +5,9 @@ The test starts JupyterLab (`make lab`'s front end, from .venv), then Notebook 7
 reader/book/03_multi_head_attention.ipynb in a temporary folder (JupyterLab saves what it runs), and drives
 it with the headless Chromium of tests/test_browser.py. It checks that the panel cell gives the live
 ipywidgets panel, that the arrow keys move its sliders (not the notebook's cursor), that h only takes
-divisors of d_model, that the figure and the numbers change, that no widget error shows, and that after a
-kernel restart the panel says it is stale. Screenshots: _build/screenshots/lab-<front end>-*.png.
+divisors of d_model, that the figure and the numbers change, that no widget error shows, that after a
+kernel restart the panel says it is stale, and that the saved notebook, opened again, says how to make it live
+instead of "Error displaying widget: model not found". Screenshots: _build/screenshots/lab-<front end>-*.png.
 """
 
 import os
@@ -114,7 +115,7 @@ def wait_for(browser, script, timeout, what):
             return value
         time.sleep(0.5)
     browser.save_screenshot(str(SHOTS / "lab-failure.png"))
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+    pytest.fail(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
 
 
 PANEL_TEXT = """
@@ -211,3 +212,26 @@ def test_chapter_3_runs_and_its_live_sliders_follow_the_keyboard(lab, browser):
                       "return s && s.offsetParent !== null;", 60, "the stale-panel note after a restart")
     shot("restarted")
     assert re.search(r"lost its kernel", browser.execute_script("return document.body.innerText"))
+
+    # saved and opened again: the panel's widget is gone with its kernel; the page says what to do
+    browser.execute_script("return window.jupyterapp.commands.execute('docmanager:save');")
+    wait_for(browser, "return !window.jupyterapp.shell.currentWidget.context.model.dirty", 30, "the save")
+    browser.refresh()
+    wait_for(browser, "return !!(window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                      " && window.jupyterapp.shell.currentWidget.sessionContext"
+                      " && window.jupyterapp.shell.currentWidget.sessionContext.session)", 120, "the reopened notebook")
+    to_panel = ("const nb = window.jupyterapp.shell.currentWidget.content;"
+                "const i = nb.widgets.findIndex(c => c.model.sharedModel.getSource().includes('M.panels.'));"
+                "nb.scrollToItem(i, 'start');"
+                "const area = nb.widgets[i].node.querySelector('.jp-OutputArea');"
+                "return area ? area.innerText : '';")
+    seen = [""]
+
+    def instruction():
+        seen[0] = browser.execute_script(to_panel)
+        return seen[0] if "earlier session" in seen[0] else None
+
+    reopened = wait_for(browser, instruction, 90, lambda: f"the reopened panel's instruction (shown: {seen[0]!r})")
+    assert "model not found" not in reopened
+    time.sleep(1)
+    shot("reopened")

@@ -190,3 +190,27 @@ def test_live_front_ends_get_the_live_panel_and_everything_else_the_precomputed_
     else:
         assert built == [] and "text/html" in shown[0] and "h = 1" in shown[0]["text/html"]
 
+
+
+def test_the_website_loads_frames_as_files_with_the_same_bytes(small_scaling, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "panel_frames", Path(__file__).resolve().parent.parent / "book" / "_ext" / "panel_frames.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    page = tmp_path / "book" / "02.html"
+    page.parent.mkdir()
+    before = small_scaling.to_html()
+    after = ext.externalize(f"<p>text</p>{before}<p>more</p>", page, tmp_path / "_static")
+    assert "data:image" not in after and after.startswith("<p>text</p>") and after.endswith("<p>more</p>")
+    frames_before = [base64.b64decode(u.split(",", 1)[1]) for u in payload(small_scaling)["frames"]]
+    text = re.search(r'class="mha-panel-data">(.*?)</script>', after, flags=re.DOTALL).group(1)
+    urls = json.loads(text)["frames"]
+    assert len(urls) == len(frames_before) == 6 and all(u.startswith("../_static/panel-frames/") for u in urls)
+    assert [(page.parent / u).read_bytes() for u in urls] == frames_before  # the same pictures, byte for byte
+    default = re.search(r'<img class="mha-panel-frame"[^>]*src="([^"]+)"', after).group(1)
+    assert (page.parent / default).read_bytes() == small_scaling.default_state().frames[0]
+    # everything but the frames is unchanged: the states, their alt texts and numbers
+    assert json.loads(text)["states"] == payload(small_scaling)["states"]
