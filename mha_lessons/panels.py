@@ -48,6 +48,7 @@ from .widgets import (COST_HEADS, COST_LENGTHS, COST_WIDTHS, LINEAR_STAGES, QUAD
 
 FRAME_DPI = 72  # low resolution keeps a panel's grid of frames small
 FRAME_COLORS = 64  # frames are stored with a palette of this many colours
+FRAME_MIN_WIDTH = 540  # px: narrower than this a frame scrolls in its box instead of shrinking
 
 
 @dataclass(frozen=True)
@@ -223,8 +224,12 @@ class Panel:
             ref = states[state_key(self._default_indices())]["f"][j]
             src = frames[ref] if ref is not None else ""
             hidden = " hidden" if ref is None else ""
-            parts.append(f'<img class="mha-panel-frame" data-frame="{j}" data-name="{esc(name)}" src="{src}" '
-                         f'alt="{esc(default.alts[j])}"{hidden} style="max-width:100%;height:auto;display:block">')
+            # On a narrow screen the frame keeps most of its width and scrolls sideways in its box, so
+            # that its text stays legible; the page itself never gets wider than the screen.
+            parts.append(f'<div class="mha-panel-frame-box" style="overflow-x:auto;max-width:100%">'
+                         f'<img class="mha-panel-frame" data-frame="{j}" data-name="{esc(name)}" src="{src}" '
+                         f'alt="{esc(default.alts[j])}"{hidden} style="max-width:100%;min-width:{FRAME_MIN_WIDTH}px;'
+                         f'height:auto;display:block"></div>')
         parts.append(f'<pre class="mha-panel-text" aria-live="polite" style="white-space:pre-wrap">'
                      f'{esc(default.text)}</pre>')
         parts.append(f'<script type="application/json" class="mha-panel-data">{payload}</script>')
