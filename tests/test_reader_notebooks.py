@@ -160,3 +160,30 @@ def test_the_launch_buttons_and_downloads_point_at_the_reader_notebooks():
     assert re.search(r"^repository:(?:\n[ \t]+.*)*\n[ \t]+path_to_book:\s*\"?reader\"?\s*$", config, re.MULTILINE)
     for path in CHAPTERS:  # Colab opens <path_to_book>/<page>.ipynb
         assert (ROOT / "reader" / path.relative_to(ROOT)).exists()
+
+
+def test_each_myst_construct_becomes_what_jupyter_renders():
+    """The constructs the chapters use, and those a chapter may start using (dropdowns, admonitions)."""
+    references = R.bibliography()
+    key = next(iter(references))
+    short, year, _ = references[key]
+    chapter = R.Chapter(CHAPTERS[0], {"x": "0.123456", "n": "4096"}, {"eq-a": "7"}, references,
+                        {CHAPTERS[1].stem: "2. Title"})
+    source = ("(sec-a)=\n## A\n\n$$\ny = x \\label{eq-a}\n$$ (eq-a)\n\nBy {eq}`eq-a`, x = {glue:text}`x:.3f` and "
+              "n = {glue:text}`n:,` {cite:p}`" + key + "`; {cite:t}`" + key + "` say so; see {doc}`"
+              + CHAPTERS[1].stem + "` and {math}`d_k`.\n\n:::{dropdown} Why it holds\nBecause "
+              "{glue:text}`x:.1%`.\n\n```{note}\nNested.\n```\n:::\n\n```{admonition} Proof\n:class: dropdown\n"
+              "Done.\n```\n\n```{warning}\nCareful.\n```\n\n```python\nprint(1)\n```")
+    text = chapter.markdown(source)
+    assert not any(p.search(text) for p in MYST_LEFT), text
+    assert "$$\ny = x \\tag{7}$$" in text and "By (7)," in text
+    assert "x = 0.123 and n = 4,096" in text
+    assert f"4,096 ([{short}, {year}](#{R.anchor(key)}));" in text and f"[{short} ({year})](#{R.anchor(key)}) say" in text
+    assert f"[2. Title]({CHAPTERS[1].stem}.ipynb)" in text and "$d_k$" in text
+    assert "<details>\n<summary>Why it holds</summary>\n\nBecause 12.3%." in text
+    assert "> **Note**\n>\n> Nested." in text and "<summary>Proof</summary>\n\nDone." in text
+    assert "> **Warning**\n>\n> Careful." in text
+    assert "```python\nprint(1)\n```" in text  # a plain code block stays one
+    assert chapter.cited == [key]
+    with pytest.raises(ValueError, match="names nothing the chapter glues"):
+        chapter.markdown("{glue:text}`missing`")
