@@ -5,6 +5,7 @@
 #   make portability  nbval and doctests again under settings that round like other CPUs and BLAS
 #   make execute  re-run every notebook in place after changing the code, storing the new outputs
 #   make bench    run the benchmarks under benchmarks/, writing tables to mha_lessons/results/
+#   make lab      JupyterLab (installed in .venv) on the reader notebooks, reader/book/, with live sliders
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: venv book test portability execute bench clean
+.PHONY: venv book test portability execute bench clean lab
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,3 +46,6 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mha.py
 	$(BIN)/python benchmarks/bench_widgets.py
 	$(BIN)/python benchmarks/bench_blockwise.py
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=reader/book

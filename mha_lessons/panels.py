@@ -12,6 +12,13 @@ the alt text and the numbers of the current values. No math runs in the browser.
 The same output works on the built site (offline, no kernel, nothing loaded from
 anywhere), in Jupyter and in Colab.
 
+One call serves both places. A chapter's panel cell returns a ``Panel``; where a live
+front end runs the kernel (JupyterLab, Notebook 7, Colab: ``live_frontend()``), it displays
+the live ipywidgets panel of ``widgets.py`` instead (same controls, any value, redrawn by
+Python), and only then computes nothing on the grid. Everywhere else (the notebooks run
+for the website by ``scripts/execute_notebooks.py``, nbval, a plain IPython) it displays
+the precomputed HTML, whose grid is computed when first needed.
+
     Slider(name, label, values, default)    a range input over ``values`` (any printable values)
     Checkbox(name, label, default)
     build_panel(controls, render, title=...) -> Panel
@@ -29,20 +36,29 @@ import html
 import io
 import itertools
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 
 from matplotlib.figure import Figure
 
+from . import widgets
+from .widgets import (COST_HEADS, COST_LENGTHS, COST_WIDTHS, LINEAR_STAGES, QUADRATIC_STAGES,  # noqa: F401
+                      cost_numbers)
+
 FRAME_DPI = 72  # low resolution keeps a panel's grid of frames small
 FRAME_COLORS = 64  # frames are stored with a palette of this many colours
+FRAME_MIN_WIDTH = 540  # px: narrower than this a frame scrolls in its box instead of shrinking
 
 
 @dataclass(frozen=True)
 class Slider:
+    """A range input over ``values``; ``symbol`` is the label as HTML (typeset symbols), ``label`` its plain text."""
     name: str
     label: str
     values: tuple
     default: object
+    symbol: str = ""
 
     def __post_init__(self):
         if self.default not in self.values:
@@ -55,6 +71,36 @@ class Checkbox:
     label: str
     default: bool = True
     values: tuple = (False, True)
+    symbol: str = ""
+
+
+LIVE_ENV = "MHA_LESSONS_PANELS"  # "live" or "static" overrides live_frontend()
+
+
+def live_frontend():
+    """True where a panel cell should show the live ipywidgets panel rather than the precomputed one.
+
+    Colab, and kernels that a Jupyter server started (JupyterLab, Notebook 7: the server sets
+    ``JPY_SESSION_NAME`` in the kernel's environment), run the cells in front of a reader. The
+    notebooks executed for the website, nbval and plain Python do not. The environment
+    variable ``MHA_LESSONS_PANELS=live`` (or ``static``) decides where this guess is wrong
+    (VS Code, for one).
+
+    >>> import os; os.environ[LIVE_ENV] = "static"; live_frontend()
+    False
+    >>> del os.environ[LIVE_ENV]
+    """
+    choice = os.environ.get(LIVE_ENV, "").strip().lower()
+    if choice in ("live", "static"):
+        return choice == "live"
+    if "google.colab" in sys.modules:
+        return True
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and hasattr(shell, "kernel") and "JPY_SESSION_NAME" in os.environ
 
 
 @dataclass
@@ -92,11 +138,28 @@ def state_key(indices):
 class Panel:
     """A grid of precomputed states and the controls that select one; displays as HTML (text as a fallback)."""
 
-    def __init__(self, controls, states, title, frame_names):
+    def __init__(self, controls, states, title, frame_names, live=None):
         self.controls = list(controls)
-        self.states = states  # key -> State
+        self._states = states  # key -> State, or a callable that computes them (when first needed)
         self.title = title
         self.frame_names = list(frame_names)
+        self.live = live  # a callable returning the live ipywidgets panel, or None
+
+    @property
+    def states(self):
+        if callable(self._states):
+            self._states = self._states()
+        return self._states
+
+    def _ipython_display_(self):
+        """In a live front end: the live panel (and its helper output); elsewhere the precomputed HTML."""
+        from IPython.display import HTML, display
+
+        if self.live is not None and live_frontend():
+            display(self.live())
+            display(HTML(widgets.live_helper_html()))
+            return
+        display({"text/html": self.to_html(), "text/plain": repr(self)}, raw=True)
 
     def state(self, **values):
         """The State for these control values (every control must be given)."""
@@ -130,32 +193,43 @@ class Panel:
         default = self.default_state()
         esc = html.escape
 
-        parts = [f'<div class="mha-panel" id="{uid}" role="group" aria-label="{esc(self.title)}">',
+        # data-lm-suppress-shortcuts: JupyterLab and Notebook 7 leave the keys to the focused control
+        parts = [f'<div class="mha-panel" id="{uid}" role="group" aria-label="{esc(self.title)}" '
+                 f'data-lm-suppress-shortcuts="true">',
                  '<div class="mha-panel-controls" style="display:flex;flex-wrap:wrap;gap:0.4em 1.5em;'
                  'align-items:center;margin-bottom:0.5em">']
         for i, control in enumerate(self.controls):
             cid = f"{uid}-{control.name}"
             if isinstance(control, Checkbox):
                 checked = " checked" if control.default else ""
-                parts.append(f'<span><input type="checkbox" id="{cid}" data-control="{i}"{checked}> '
-                             f'<label for="{cid}">{esc(control.label)}</label></span>')
+                parts.append(f'<span><input type="checkbox" id="{cid}" data-control="{i}"{checked} '
+                             f'data-lm-suppress-shortcuts="true"> '
+                             f'<label for="{cid}">{control.symbol or esc(control.label)}</label></span>')
             else:
                 index = control.values.index(control.default)
                 shown = [str(v) for v in control.values]
+                end = '<span class="mha-panel-end" aria-hidden="true" style="font-size:85%;opacity:0.75">'
                 parts.append(
-                    f'<span><label for="{cid}">{esc(control.label)}</label> '
+                    f'<span style="white-space:nowrap"><label for="{cid}" aria-label="{esc(control.label)}">'
+                    f'{control.symbol or esc(control.label)}</label> '
+                    f'{end}{esc(shown[0])}</span> '
                     f'<input type="range" id="{cid}" data-control="{i}" min="0" max="{len(shown) - 1}" step="1" '
-                    f'value="{index}" aria-valuetext="{esc(shown[index])}" '
+                    f'value="{index}" aria-valuetext="{esc(shown[index])}" data-lm-suppress-shortcuts="true" '
                     f"data-values='{esc(json.dumps(shown))}' style=\"vertical-align:middle\"> "
-                    f'<output for="{cid}" id="{cid}-value" style="display:inline-block;min-width:3em">'
+                    f'{end}{esc(shown[-1])}</span> '
+                    f'<output for="{cid}" id="{cid}-value" style="display:inline-block;min-width:3em;font-weight:bold">'
                     f'{esc(shown[index])}</output></span>')
         parts.append("</div>")
         for j, name in enumerate(self.frame_names):
             ref = states[state_key(self._default_indices())]["f"][j]
             src = frames[ref] if ref is not None else ""
             hidden = " hidden" if ref is None else ""
-            parts.append(f'<img class="mha-panel-frame" data-frame="{j}" data-name="{esc(name)}" src="{src}" '
-                         f'alt="{esc(default.alts[j])}"{hidden} style="max-width:100%;height:auto;display:block">')
+            # On a narrow screen the frame keeps most of its width and scrolls sideways in its box, so
+            # that its text stays legible; the page itself never gets wider than the screen.
+            parts.append(f'<div class="mha-panel-frame-box" style="overflow-x:auto;max-width:100%">'
+                         f'<img class="mha-panel-frame" data-frame="{j}" data-name="{esc(name)}" src="{src}" '
+                         f'alt="{esc(default.alts[j])}"{hidden} style="max-width:100%;min-width:{FRAME_MIN_WIDTH}px;'
+                         f'height:auto;display:block"></div>')
         parts.append(f'<pre class="mha-panel-text" aria-live="polite" style="white-space:pre-wrap">'
                      f'{esc(default.text)}</pre>')
         parts.append(f'<script type="application/json" class="mha-panel-data">{payload}</script>')
@@ -210,7 +284,7 @@ SELECT_JS = """
 """
 
 
-def build_panel(controls, render, *, title, frame_names=("figure",)):
+def build_panel(controls, render, *, title, frame_names=("figure",), live=None):
     """Render every combination of the controls' values into a Panel.
 
     ``render(**values) -> State`` is called once per grid point, in the order of
@@ -225,6 +299,8 @@ def build_panel(controls, render, *, title, frame_names=("figure",)):
         The panel's accessible name.
     frame_names : tuple of str
         One per figure the panel shows (empty for numbers only).
+    live : callable, optional
+        Returns the live ipywidgets panel that a live front end shows instead (``live_frontend``).
 
     Returns
     -------
@@ -239,21 +315,22 @@ def build_panel(controls, render, *, title, frame_names=("figure",)):
     >>> '<label for="' in panel.to_html() and 'type="range"' in panel.to_html()
     True
     """
-    states = {}
-    for indices in itertools.product(*(range(len(c.values)) for c in controls)):
-        values = {c.name: c.values[i] for c, i in zip(controls, indices)}
-        state = render(**values)
-        if len(state.frames) != len(frame_names) or len(state.alts) != len(frame_names):
-            raise ValueError(f"render gave {len(state.frames)} frames for {len(frame_names)} frame names")
-        states[state_key(indices)] = state
-    return Panel(controls, states, title, frame_names)
+    def compute():
+        states = {}
+        for indices in itertools.product(*(range(len(c.values)) for c in controls)):
+            values = {c.name: c.values[i] for c, i in zip(controls, indices)}
+            state = render(**values)
+            if len(state.frames) != len(frame_names) or len(state.alts) != len(frame_names):
+                raise ValueError(f"render gave {len(state.frames)} frames for {len(frame_names)} frame names")
+            states[state_key(indices)] = state
+        return states
+
+    return Panel(controls, compute, title, frame_names, live=live)
 
 
 # ---------------------------------------------------------------- chapter 2: why divide by √d_k
 
 def scaling_state(d_k, scaled, *, seed=0):
-    from . import widgets
-
     png, summary = figure_png(lambda fig: widgets.draw_scaling(fig, d_k=d_k, scaled=scaled, seed=seed),
                               figsize=(10, 3.8))
     scores = widgets.SCALING_ROWS * widgets.SCALING_KEYS
@@ -266,23 +343,25 @@ def scaling_state(d_k, scaled, *, seed=0):
 
 
 def scaling_panel(d_k=64, scaled=True, *, widths=None, seed=0):
-    """Chapter 2's panel: d_k (powers of two, 1 to 1024) and the 1/√d_k check box, every state precomputed."""
-    from . import widgets
+    """Chapter 2's panel: d_k (powers of two, 1 to 1024) and the 1/√d_k check box, every state precomputed.
 
-    controls = [Slider("d_k", "d_k", tuple(widths or widgets.SCALING_WIDTHS), d_k),
+    In a live front end it shows ``widgets.scaling_panel`` instead (``Panel._ipython_display_``).
+    """
+    controls = [Slider("d_k", "d_k", tuple(widths or widgets.SCALING_WIDTHS), d_k, symbol=widgets.SYMBOLS["d_k"]),
                 Checkbox("scaled", "divide by √d_k", bool(scaled))]
     return build_panel(controls, lambda d_k, scaled: scaling_state(d_k, scaled, seed=seed),
-                       title="Scores and softmax for a chosen d_k")
+                       title="Scores and softmax for a chosen d_k",
+                       live=lambda: widgets.scaling_panel(d_k=d_k, scaled=scaled))
 
 
 # ---------------------------------------------------------------- chapter 3: heads and width
 
-MULTIHEAD_HEADS = (1, 2, 3, 4, 6, 8, 12, 16)  # 3, 6 and 12 divide none of the widths: the panel says why
-MULTIHEAD_WIDTHS = (8, 16, 32, 64, 128, 256, 512)
+MULTIHEAD_HEADS = (1, 2, 4, 8, 16)  # every one divides every width below: each state is a layer
+MULTIHEAD_WIDTHS = (16, 32, 64, 128, 256, 512)
 
 
 def multihead_state(num_heads, d_model, *, n=6, seed=0, layer=True):
-    from . import diagram, widgets
+    from . import diagram
 
     png, summary = figure_png(lambda fig: widgets.draw_multihead(fig, num_heads=num_heads, d_model=d_model, n=n,
                                                                  seed=seed), figsize=(10, 3.6))
@@ -310,53 +389,25 @@ def multihead_state(num_heads, d_model, *, n=6, seed=0, layer=True):
 
 
 def multihead_panel(num_heads=4, d_model=64, *, heads=MULTIHEAD_HEADS, widths=MULTIHEAD_WIDTHS, layer=True, seed=0):
-    """Chapter 3's panel: h and d_model -> every head's weights, the layer diagram, d_k, parameters, shapes."""
-    controls = [Slider("num_heads", "heads h", tuple(heads), num_heads),
-                Slider("d_model", "d_model", tuple(widths), d_model)]
+    """Chapter 3's panel: h and d_model -> every head's weights, the layer diagram, d_k, parameters, shapes.
+
+    In a live front end it shows ``widgets.multihead_panel`` instead, whose h slider follows the
+    divisors of d_model (``Panel._ipython_display_``).
+    """
+    controls = [Slider("num_heads", "heads h", tuple(heads), num_heads, symbol=widgets.SYMBOLS["num_heads"]),
+                Slider("d_model", "width d_model", tuple(widths), d_model, symbol=widgets.SYMBOLS["d_model"])]
     return build_panel(controls, lambda num_heads, d_model: multihead_state(num_heads, d_model, seed=seed,
                                                                              layer=layer),
-                       title="Heads and width", frame_names=("heads", "layer") if layer else ("heads",))
+                       title="Heads and width", frame_names=("heads", "layer") if layer else ("heads",),
+                       live=lambda: widgets.multihead_panel(num_heads=num_heads, d_model=d_model))
 
 
 # ---------------------------------------------------------------- chapter 4: what the layer costs
 
-COST_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-COST_WIDTHS = (256, 512, 1024, 2048, 4096)
-COST_HEADS = (1, 4, 8, 16, 32)
-LINEAR_STAGES = ("q_projection", "k_projection", "v_projection", "output_projection", "scale", "bias")
-QUADRATIC_STAGES = ("scores", "softmax", "weighted_sum")
-
-
-def cost_numbers(n, d_model, num_heads):
-    """FLOPs by stage and memory by array from ``complexity``, and where the n² stages overtake the rest.
-
-    Returns a dict: ``flops`` (mha_flops), ``memory`` (mha_memory, float32), ``linear`` and
-    ``quadratic`` (FLOPs of the stages that grow like n and like n²), and ``crossover``:
-    the smallest n (a power of two, up to 2**20) at which the quadratic stages cost more
-    than the linear ones for this d_model and h.
-    """
-    from .complexity import mha_flops, mha_memory
-
-    def split(flops):
-        return sum(flops[s] for s in LINEAR_STAGES), sum(flops[s] for s in QUADRATIC_STAGES)
-
-    flops = mha_flops(n, d_model, num_heads)
-    linear, quadratic = split(flops)
-    crossover = None
-    for k in range(21):
-        lin, quad = split(mha_flops(2**k, d_model, num_heads))
-        if quad > lin:
-            crossover = 2**k
-            break
-    return {"flops": flops, "memory": mha_memory(n, d_model, num_heads), "linear": linear, "quadratic": quadratic,
-            "crossover": crossover}
-
-
-def _si(x, unit):
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if x >= factor:
-            return f"{x / factor:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
+# The website's grid (each state a chart); the live panel offers widgets.COST_* (every power of two).
+COST_PANEL_LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
+COST_PANEL_WIDTHS = (512, 2048)
+COST_PANEL_HEADS = (1, 8)
 
 
 def _mib(x):
@@ -364,30 +415,27 @@ def _mib(x):
 
 
 def cost_state(n, d_model, num_heads):
-    """The cost explorer's text for one state: a table of FLOPs by stage and of memory by array, the crossover."""
+    """The cost explorer for one state: the chart of ``widgets.draw_cost``, its alt text and summary."""
     numbers = cost_numbers(n, d_model, num_heads)
     flops, memory = numbers["flops"], numbers["memory"]
-    share = numbers["quadratic"] / flops["total"]
-    lines = [f"n = {n}, d_model = {d_model}, h = {num_heads} (d_k = {d_model // num_heads})", "",
-             f"{'FLOPs by stage':<22}{'':>14}  share"]
-    for stage in LINEAR_STAGES + QUADRATIC_STAGES:
-        mark = "  (n²)" if stage in QUADRATIC_STAGES else ""
-        lines.append(f"  {stage:<20}{_si(flops[stage], 'FLOP'):>14}  {100 * flops[stage] / flops['total']:4.0f}%{mark}")
-    lines += [f"  {'total':<20}{_si(flops['total'], 'FLOP'):>14}",
-              f"  the n² stages: {100 * share:.0f}% of the total; they overtake the rest from n = "
-              f"{numbers['crossover']} on, for this d_model and h", "",
-              f"{'memory (float32)':<22}{'':>14}  share of activations"]
-    for array in ("q", "k", "v", "weights", "heads_output", "concat", "y"):
-        mark = "  (h, n, n)" if array == "weights" else ""
-        lines.append(f"  {array:<20}{_mib(memory[array]):>14}  "
-                     f"{100 * memory[array] / memory['activations']:4.0f}%{mark}")
-    lines += [f"  {'activations':<20}{_mib(memory['activations']):>14}",
-              f"  {'parameters':<20}{_mib(memory['parameters']):>14}"]
-    return State([], [], "\n".join(lines), extra=numbers)
+    png, summary = figure_png(lambda fig: widgets.draw_cost(fig, n=n, d_model=d_model, num_heads=num_heads),
+                              figsize=(9, 3.4), colors=16)
+    stages = ", ".join(f"{s.replace('_', ' ')} {100 * flops[s] / flops['total']:.0f}%"
+                       for s in widgets.LINEAR_STAGES + widgets.QUADRATIC_STAGES)
+    arrays = ", ".join(f"{a.replace('_', ' ')} {_mib(memory[a])}" for a in widgets.MEMORY_ARRAYS)
+    alt = (f"Two bar charts on logarithmic axes for n = {n}, d_model = {d_model}, h = {num_heads}. "
+           f"FLOPs by stage, as shares of the total: {stages}. Memory by array, float32: {arrays}.")
+    return State([png], [alt], summary, extra=numbers)
 
 
-def cost_panel(n=1024, d_model=512, num_heads=8, *, lengths=COST_LENGTHS, widths=COST_WIDTHS, heads=COST_HEADS):
-    """Chapter 4's cost explorer: n, d_model and h -> FLOPs by stage, memory by array, the n² crossover."""
-    controls = [Slider("n", "tokens n", tuple(lengths), n), Slider("d_model", "d_model", tuple(widths), d_model),
-                Slider("num_heads", "heads h", tuple(heads), num_heads)]
-    return build_panel(controls, cost_state, title="What one layer costs", frame_names=())
+def cost_panel(n=1024, d_model=512, num_heads=8, *, lengths=COST_PANEL_LENGTHS, widths=COST_PANEL_WIDTHS,
+               heads=COST_PANEL_HEADS):
+    """Chapter 4's cost explorer: n, d_model and h -> FLOPs by stage, memory by array, the n² crossover.
+
+    In a live front end it shows ``widgets.cost_panel`` instead (``Panel._ipython_display_``).
+    """
+    controls = [Slider("n", "tokens n", tuple(lengths), n, symbol=widgets.SYMBOLS["n"]),
+                Slider("d_model", "width d_model", tuple(widths), d_model, symbol=widgets.SYMBOLS["d_model"]),
+                Slider("num_heads", "heads h", tuple(heads), num_heads, symbol=widgets.SYMBOLS["num_heads"])]
+    return build_panel(controls, cost_state, title="What one layer costs", frame_names=("chart",),
+                       live=lambda: widgets.cost_panel(n=n, d_model=d_model, num_heads=num_heads))

@@ -193,7 +193,7 @@ def head_layout(n, d_model, num_heads, *, ax=None, unit=0.32):
     return ax
 
 
-def heads_mosaic(weights, *, ax=None, max_cols=8, vmax=None, cmap=WEIGHTS_CMAP):
+def heads_mosaic(weights, *, ax=None, max_cols=8, vmax=None, cmap=WEIGHTS_CMAP, label_size=8):
     """Draw the (h, n, m) attention weights of all heads as one image: a grid of n × m blocks.
 
     One image on one axes is far cheaper to draw than h separate heat-maps, which
@@ -220,11 +220,13 @@ def heads_mosaic(weights, *, ax=None, max_cols=8, vmax=None, cmap=WEIGHTS_CMAP):
     ax.imshow(mosaic, cmap=colormap, vmin=0.0, vmax=vmax, interpolation="nearest")
     if h <= max_cols:  # a label per head; with more rows, one label per row keeps redrawing cheap
         for i in range(h):
-            ax.text(i * (m + 1) + (m - 1) / 2, -0.7, f"head {i}", ha="center", va="bottom", fontsize=8)
+            ax.text(i * (m + 1) + (m - 1) / 2, -0.7, f"head {i}", ha="center", va="bottom",
+                    fontsize=label_size)
     else:
         for r in range(rows):
             last = min(h, (r + 1) * cols) - 1
-            ax.text(-0.8, r * (n + 1) + (n - 1) / 2, f"heads {r * cols}-{last}", ha="right", va="center", fontsize=8)
+            ax.text(-0.8, r * (n + 1) + (n - 1) / 2, f"heads {r * cols}-{last}", ha="right", va="center",
+                    fontsize=label_size)
     ax.axis("off")
     return ax
 

@@ -23,8 +23,9 @@ The package imports this module only when a chapter uses it (``M.widgets``), so
 import math
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
+from matplotlib.figure import Figure
 
 from ._checks import is_int
 from .attention import softmax
@@ -35,23 +36,108 @@ from .scaling import attention_logits
 from .stats import entropy
 
 
-def make_panel(draw, controls, figsize=(8, 4)):
+def make_panel(draw, controls, figsize=(8, 4), *, symbols=None, adjust=None):
     """Wire ipywidgets ``controls`` (a dict name -> widget) to ``draw(fig, **values) -> str``.
 
-    Returns the ``VBox`` to display. The summary returned by ``draw`` is shown
-    under the figure.
-    """
-    def redraw(**values):  # interactive_output clears the output and calls this on every change
-        fig = plt.figure(figsize=figsize)
-        summary = draw(fig, **values)
-        plt.show()
-        if summary:
-            print(summary)
+    Each control is shown after its label and between the two ends of its range
+    (``symbols``: name -> (label as HTML, lowest value, highest value); without it the
+    control's ``description`` serves). The summary returned by ``draw`` is printed under
+    the figure. ``adjust(name, controls)``, if given, runs before a redraw when control
+    ``name`` moved, and may change the other controls (their options, their value)
+    without causing a second redraw.
 
-    for control in controls.values():
+    Returns
+    -------
+    ipywidgets.VBox, with the class ``mha-live-panel`` and the dict of controls as ``.controls``.
+    Its second child (under the controls) is a note, hidden until the front end marks the
+    panel as cut off from its kernel (a restart): ``live_helper_html`` holds the style that
+    shows it.
+    """
+    output = widgets.Output()
+    busy = []
+
+    def redraw(change=None):
+        if busy:
+            return
+        if change is not None and adjust is not None:
+            busy.append(True)
+            try:
+                adjust(change["owner"].mha_name, controls)
+            finally:
+                busy.clear()
+        values = {name: control.value for name, control in controls.items()}
+        # A Figure outside pyplot: no figure left open to be shown again by the next redraw's plt.show()
+        fig = Figure(figsize=figsize)
+        summary = draw(fig, **values)
+        with output:
+            output.clear_output(wait=True)
+            display(fig)
+            if summary:
+                print(summary)
+
+    rows = []
+    for name, control in controls.items():
+        control.mha_name = name
         control.style = {"description_width": "initial"}
-    output = widgets.interactive_output(redraw, controls)
-    return widgets.VBox([widgets.HBox(list(controls.values())), output])
+        if symbols and name in symbols:
+            label, low, high = symbols[name]
+            control.description = ""
+            end = "margin:0 0.3em;font-size:90%;color:#555"
+            rows.append(widgets.HBox([widgets.HTML(f"<b>{label}</b>", layout={"margin": "0 0.4em 0 0"}),
+                                      widgets.HTML(f'<span style="{end}">{low}</span>'), control,
+                                      widgets.HTML(f'<span style="{end}">{high}</span>')],
+                                     layout={"align_items": "center", "margin": "0 1.5em 0 0"}))
+        else:
+            rows.append(control)
+        control.observe(redraw, names="value")
+    stale = widgets.HTML(f'<div class="mha-stale" style="display:none">{STALE_NOTE}</div>')
+    box = widgets.VBox([widgets.HBox(rows, layout={"flex_flow": "row wrap"}), stale, output])
+    box.add_class("mha-live-panel")
+    box.controls = controls
+    redraw()
+    return box
+
+
+STALE_NOTE = ("This panel has lost its kernel (it was restarted or shut down), so moving the sliders redraws "
+              "nothing. Run the notebook's cells again, down to this one, to make it live.")
+
+# Shown after a live panel (an HTML output, trusted because the kernel produced it): the style that
+# reveals the stale note when ipywidgets marks a view `jupyter-widgets-disconnected`, and a script that
+# marks every element of a live panel `data-lm-suppress-shortcuts`, so that JupyterLab and Notebook 7 leave
+# the arrow keys to the focused slider, and that replaces "model not found" in a reopened notebook by an instruction.
+LIVE_HELPER = """<style>
+.jupyter-widgets-disconnected .mha-stale { display: block !important; color: #a40000; font-weight: bold; }
+.mha-live-panel .jupyter-widgets-disconnected::before { content: none !important; }  /* one note, not an icon each */
+</style>
+<script>
+(function () {
+  function mark() {
+    // Lumino stops looking for a shortcut at the first element that carries the attribute, walking up
+    // from the focused one, which a selector such as ".jp-Notebook :focus" matches first: mark them all.
+    document.querySelectorAll(".mha-live-panel, .mha-live-panel *").forEach(function (node) {
+      if (!node.hasAttribute("data-lm-suppress-shortcuts")) {
+        node.setAttribute("data-lm-suppress-shortcuts", "true");
+      }
+    });
+    document.querySelectorAll(".jupyter-widgets").forEach(function (node) {
+      if (node.children.length === 0 && /model not found/.test(node.textContent)) {
+        node.textContent = "This live panel belongs to an earlier session: run the notebook's cells again, " +
+          "down to this one, to make it live.";
+      }
+    });
+  }
+  mark();
+  if (!window.mhaLessonsObserver) {  // one observer, however many panels and re-runs
+    window.mhaLessonsObserver = new MutationObserver(mark);
+    window.mhaLessonsObserver.observe(document.body, {childList: true, subtree: true});
+  }
+})();
+</script>"""
+
+
+def live_helper_html():
+    """The HTML output that goes with live panels (style and script above); shown once after each panel."""
+    return LIVE_HELPER
 
 
 # ---------------------------------------------------------------- chapter 3: heads and width
@@ -75,7 +161,7 @@ def draw_multihead(fig, num_heads=4, d_model=64, n=6, *, seed=0):
         message = (f"d_model = {d_model} is not divisible by h = {num_heads}: every head needs the same whole "
                    f"number of features, and {d_model} / {num_heads} = {d_model / num_heads:.2f}.\n"
                    f"Pick h among the divisors of {d_model}: "
-                   f"{[h for h in range(1, 17) if d_model % h == 0]}.")
+                   f"{list(head_choices(d_model))}.")
         ax = fig.add_subplot()
         # Line breaks placed by hand: matplotlib's wrap=True costs about 50 ms a redraw.
         ax.text(0.5, 0.5, message.replace(": every", ":\nevery"), ha="center", va="center", fontsize=11)
@@ -84,20 +170,74 @@ def draw_multihead(fig, num_heads=4, d_model=64, n=6, *, seed=0):
     params = init_params(d_model, num_heads, seed=seed)
     x = np.random.default_rng(seed).normal(size=(n, d_model))  # (n, d_model): a fixed short input
     y, weights = multihead_attention(x, x, x, params)  # y (n, d_model), weights (h, n, n)
-    heads_mosaic(weights, ax=fig.add_subplot())
-    fig.suptitle(f"h = {num_heads} heads of width d_k = {d_model // num_heads}, on the same {n} tokens")
+    ax = heads_mosaic(weights, ax=fig.add_subplot(), label_size=10)
+    ax.axis("on")  # heads_mosaic hides the axes; keep their labels, drop ticks and frame
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_xlabel(f"key token (columns of each block, {n} keys)", fontsize=10)
+    ax.set_ylabel(f"query token\n({n} rows a block)", fontsize=10)
+    fig.colorbar(ax.images[0], ax=ax, label="attention weight", fraction=0.04, pad=0.02)
+    fig.suptitle(f"h = {num_heads} heads of width d_k = {d_model // num_heads}, on the same {n} tokens",
+                 fontsize=12)
     return (f"d_model = {d_model}, h = {num_heads}  ->  d_k = d_model / h = {d_model // num_heads}\n"
             f"parameters: 4·d_model² + 4·d_model = {param_count(d_model, num_heads):,} (the same for every h)\n"
             f"output y: {y.shape}   weights: {weights.shape} = (h, n, n)")
 
 
+MULTIHEAD_MAX_HEADS = 16  # the h slider offers the divisors of d_model up to this many heads
+
+
+def head_choices(d_model, most=MULTIHEAD_MAX_HEADS):
+    """The numbers of heads that divide ``d_model`` (every head gets the same width), up to ``most``.
+
+    >>> head_choices(64), head_choices(96), head_choices(12, most=4)
+    ((1, 2, 4, 8, 16), (1, 2, 3, 4, 6, 8, 12, 16), (1, 2, 3, 4))
+    """
+    return tuple(h for h in range(1, most + 1) if d_model % h == 0)
+
+
+def nearest_choice(value, choices):
+    """The choice closest to ``value`` (the smaller one on a tie).
+
+    >>> nearest_choice(6, (1, 2, 4, 8, 16)), nearest_choice(3, (1, 2, 4))
+    (4, 2)
+    """
+    return min(choices, key=lambda c: (abs(c - value), c))
+
+
+# Slider labels as the page writes the symbols (HTML, read by ipywidgets 7.7 in Colab and 8 in Jupyter alike).
+SYMBOLS = {"num_heads": "heads <i>h</i>", "d_model": "width <i>d</i><sub>model</sub>", "d_k": "<i>d</i><sub>k</sub>",
+           "n": "tokens <i>n</i>"}
+
+
 def multihead_panel(num_heads=4, d_model=64):
-    """Sliders for the number of heads h and the model width d_model, redrawing ``draw_multihead``."""
+    """Sliders for the number of heads h and the model width d_model, redrawing ``draw_multihead``.
+
+    The h slider offers only the divisors of d_model (``head_choices``); moving d_model keeps h
+    where it still divides, and moves it to the nearest divisor otherwise.
+    """
+    if d_model not in MULTIHEAD_WIDTHS:
+        raise ValueError(f"the d_model slider offers {list(MULTIHEAD_WIDTHS)}, got d_model = {d_model!r}")
+    if num_heads not in head_choices(d_model):
+        raise ValueError(f"h = {num_heads!r} does not divide d_model = {d_model}: "
+                         f"choose among {list(head_choices(d_model))}")
     controls = {
-        "num_heads": widgets.IntSlider(value=num_heads, min=1, max=16, description="heads h"),
-        "d_model": widgets.SelectionSlider(options=MULTIHEAD_WIDTHS, value=d_model, description="d_model"),
+        "num_heads": widgets.SelectionSlider(options=head_choices(d_model), value=num_heads),
+        "d_model": widgets.SelectionSlider(options=MULTIHEAD_WIDTHS, value=d_model),
     }
-    return make_panel(draw_multihead, controls, figsize=(10, 3.6))
+
+    def adjust(moved, controls):
+        if moved == "d_model":
+            heads, choices = controls["num_heads"], head_choices(controls["d_model"].value)
+            keep = nearest_choice(heads.value, choices)
+            heads.options = choices
+            heads.value = keep
+
+    symbols = {"num_heads": (SYMBOLS["num_heads"], "1", f"{MULTIHEAD_MAX_HEADS} (divisors of d<sub>model</sub>)"),
+               "d_model": (SYMBOLS["d_model"], MULTIHEAD_WIDTHS[0], MULTIHEAD_WIDTHS[-1])}
+    return make_panel(draw_multihead, controls, figsize=(10, 3.6), symbols=symbols, adjust=adjust)
 
 
 # ---------------------------------------------------------------- chapter 2: why divide by √d_k
@@ -172,7 +312,117 @@ def scaling_panel(d_k=64, scaled=True):
     if d_k not in SCALING_WIDTHS:
         raise ValueError(f"the d_k slider offers {list(SCALING_WIDTHS)}, got d_k = {d_k!r}")
     controls = {
-        "d_k": widgets.SelectionSlider(options=SCALING_WIDTHS, value=d_k, description="d_k"),
-        "scaled": widgets.Checkbox(value=bool(scaled), description="divide by √d_k"),
+        "d_k": widgets.SelectionSlider(options=SCALING_WIDTHS, value=d_k),
+        "scaled": widgets.Checkbox(value=bool(scaled), description="divide by √d_k", indent=False),
     }
-    return make_panel(draw_scaling, controls, figsize=(10, 3.8))
+    symbols = {"d_k": (SYMBOLS["d_k"], SCALING_WIDTHS[0], SCALING_WIDTHS[-1])}
+    return make_panel(draw_scaling, controls, figsize=(10, 3.8), symbols=symbols)
+
+
+# ---------------------------------------------------------------- chapter 4: what the layer costs
+
+COST_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+COST_WIDTHS = (256, 512, 1024, 2048, 4096)
+COST_HEADS = (1, 4, 8, 16, 32)
+LINEAR_STAGES = ("q_projection", "k_projection", "v_projection", "output_projection", "scale", "bias")
+QUADRATIC_STAGES = ("scores", "softmax", "weighted_sum")
+MEMORY_ARRAYS = ("q", "k", "v", "weights", "heads_output", "concat", "y")
+
+
+def cost_numbers(n, d_model, num_heads):
+    """FLOPs by stage and memory by array from ``complexity``, and where the n² stages overtake the rest.
+
+    Returns a dict: ``flops`` (mha_flops), ``memory`` (mha_memory, float32), ``linear`` and
+    ``quadratic`` (FLOPs of the stages that grow like n and like n²), and ``crossover``:
+    the smallest n (a power of two, up to 2**20) at which the quadratic stages cost more
+    than the linear ones for this d_model and h.
+
+    >>> cost_numbers(1024, 512, 8)["crossover"]
+    1024
+    """
+    from .complexity import mha_flops, mha_memory
+
+    def split(flops):
+        return sum(flops[s] for s in LINEAR_STAGES), sum(flops[s] for s in QUADRATIC_STAGES)
+
+    flops = mha_flops(n, d_model, num_heads)
+    linear, quadratic = split(flops)
+    crossover = None
+    for k in range(21):
+        lin, quad = split(mha_flops(2**k, d_model, num_heads))
+        if quad > lin:
+            crossover = 2**k
+            break
+    return {"flops": flops, "memory": mha_memory(n, d_model, num_heads), "linear": linear, "quadratic": quadratic,
+            "crossover": crossover}
+
+
+def _si(x, unit):
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= factor:
+            return f"{x / factor:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def cost_summary(n, d_model, num_heads):
+    """The lines printed under the cost chart: totals, the n² stages' share and the crossover."""
+    numbers = cost_numbers(n, d_model, num_heads)
+    flops, memory = numbers["flops"], numbers["memory"]
+    return (f"n = {n}, d_model = {d_model}, h = {num_heads} (d_k = {d_model // num_heads}): "
+            f"{_si(flops['total'], 'FLOP')} in all, {100 * numbers['quadratic'] / flops['total']:.0f}% of it in "
+            f"the n² stages, which overtake the rest from n = {numbers['crossover']} on\n"
+            f"activations {memory['activations'] / 2**20:.3g} MiB (float32), of which the weights "
+            f"(h, n, n) {memory['weights'] / 2**20:.3g} MiB; parameters {memory['parameters'] / 2**20:.3g} MiB")
+
+
+def draw_cost(fig, n=1024, d_model=512, num_heads=8):
+    """Two bar charts for one layer: FLOPs by stage and float32 memory by array, the n² ones in orange.
+
+    Bars are drawn on a logarithmic axis (the stages differ by orders of magnitude) with each
+    bar's share of its total written at its end.
+
+    Returns
+    -------
+    str : ``cost_summary(n, d_model, num_heads)``.
+    """
+    fig.clear()
+    numbers = cost_numbers(n, d_model, num_heads)
+    flops, memory = numbers["flops"], numbers["memory"]
+    ax_flops, ax_mem = fig.subplots(1, 2, gridspec_kw={"wspace": 0.75})
+    linear_color, quadratic_color = "#3b75af", "#e1812c"
+
+    def bars(ax, names, values, total, quadratic, unit, title):
+        labels = [name.replace("_", " ") + (" (n²)" if name in quadratic else "") for name in names]
+        y = np.arange(len(names))[::-1]
+        colors = [quadratic_color if name in quadratic else linear_color for name in names]
+        ax.barh(y, values, color=colors)
+        ax.set_yticks(y, labels=labels, fontsize=10)
+        ax.set_xscale("log")
+        ax.set_xlim(min(values) / 3, max(values) * 8)
+        for yi, value in zip(y, values):
+            ax.text(value * 1.2, yi, f"{100 * value / total:.0f}%", va="center", fontsize=9)
+        ax.set_xlabel(unit, fontsize=10)
+        ax.set_title(title, fontsize=11)
+
+    stages = LINEAR_STAGES + QUADRATIC_STAGES
+    bars(ax_flops, stages, [flops[s] for s in stages], flops["total"], QUADRATIC_STAGES, "FLOPs (log scale)",
+         f"FLOPs by stage: {_si(flops['total'], 'FLOP')}")
+    bars(ax_mem, MEMORY_ARRAYS, [memory[a] / 2**20 for a in MEMORY_ARRAYS], memory["activations"] / 2**20,
+         ("weights",), "MiB, float32 (log scale)", f"memory by array: {memory['activations'] / 2**20:.3g} MiB")
+    fig.suptitle(f"n = {n}, d_model = {d_model}, h = {num_heads}: orange grows like n²", fontsize=12)
+    fig.subplots_adjust(left=0.17, right=0.98, top=0.8, bottom=0.17)
+    return cost_summary(n, d_model, num_heads)
+
+
+def cost_panel(n=1024, d_model=512, num_heads=8):
+    """Sliders for n, d_model and h (h among the divisors of d_model), redrawing ``draw_cost``."""
+    for name, value, offered in (("n", n, COST_LENGTHS), ("d_model", d_model, COST_WIDTHS),
+                                 ("num_heads", num_heads, COST_HEADS)):
+        if value not in offered:
+            raise ValueError(f"the {name} slider offers {list(offered)}, got {name} = {value!r}")
+    controls = {"n": widgets.SelectionSlider(options=COST_LENGTHS, value=n),
+                "d_model": widgets.SelectionSlider(options=COST_WIDTHS, value=d_model),
+                "num_heads": widgets.SelectionSlider(options=COST_HEADS, value=num_heads)}
+    symbols = {name: (SYMBOLS[name], values[0], values[-1])
+               for name, values in (("n", COST_LENGTHS), ("d_model", COST_WIDTHS), ("num_heads", COST_HEADS))}
+    return make_panel(draw_cost, controls, figsize=(9, 3.4), symbols=symbols)

@@ -79,7 +79,10 @@ def test_colab_install_cell_is_first_and_identical(path):
         source = reference
     assert source == reference, f"{path.name}: the Colab cell differs from {NOTEBOOKS[0].name}'s"
     assert load(path)["cells"][0]["source"] == first["source"], f"{path.name}: the install cell is not the first cell"
-    assert 'if "google.colab" in sys.modules:' in source  # a no-op outside Colab
+    # it installs whatever is missing, anywhere (not only in Colab), and nothing where all is present
+    for module in ("mha_lessons", "matplotlib", "ipywidgets", "torch"):
+        assert f'find_spec("{module}")' in source or f'"{module}": ' in source, f"{module} is not installed if missing"
+    assert "google.colab" not in source and "download.pytorch.org/whl/cpu" in source
     assert f"git+{repository_url()}" in source, "the install URL differs from _config.yml's repository.url"
     assert "remove-cell" in first["metadata"].get("tags", []), "the install cell should not show on the website"
 
@@ -103,3 +106,25 @@ def test_chapter_opens_with_a_run_this_chapter_box_naming_its_own_file(path):
     opening = "\n".join(markdown[:2])
     assert "**Run this chapter:**" in opening, f"{path.name}: no 'Run this chapter' box at the top"
     assert f"`book/{path.name}`" in opening, f"{path.name}: the box does not name book/{path.name}"
+
+
+@pytest.mark.parametrize("absent", [(), ("mha_lessons",), ("ipywidgets", "torch"), ("mha_lessons", "matplotlib")])
+def test_the_install_cell_asks_pip_for_exactly_what_is_missing(monkeypatch, capsys, absent):
+    import importlib.util
+    import subprocess
+
+    source = "".join(code_cells(load(NOTEBOOKS[0]))[0]["source"])
+    real_find_spec, calls = importlib.util.find_spec, []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in absent else real_find_spec(name))
+    monkeypatch.setattr(subprocess, "run", lambda args, check: calls.append(args))
+    exec(compile(source, "install cell", "exec"), {})
+    asked = [arg for args in calls for arg in args[args.index("install") + 2:] if not arg.startswith("-")
+             and "download.pytorch.org" not in arg]
+    expected = {"mha_lessons": f"git+{repository_url()}", "matplotlib": "matplotlib", "ipywidgets": "ipywidgets",
+                "torch": "torch"}
+    assert sorted(asked) == sorted(expected[m] for m in absent)
+    if "torch" in absent:  # the CPU build, from PyTorch's own index
+        (torch_call,) = [args for args in calls if "torch" in args]
+        assert torch_call[torch_call.index("--index-url") + 1] == "https://download.pytorch.org/whl/cpu"
+    assert ("reload this page" in capsys.readouterr().out) == ("ipywidgets" in absent)
+    assert all(len(line) <= 90 for line in source.splitlines()), "a line of the install cell is wider than 90"

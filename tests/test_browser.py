@@ -170,11 +170,14 @@ def test_page_in_a_real_browser(site, browser, entry):
         assert sliders > 0, f"{entry}: the widget snapshot shows no slider"
         assert figures > 0, f"{entry}: the widget snapshot shows no figure"
 
-    # launch buttons point at this notebook in the repository
+    # launch buttons point at this chapter's reader notebook in the repository (scripts/reader_notebooks.py)
     links = browser.execute_script("return Array.from(document.querySelectorAll('a')).map(a => a.href);")
     if is_notebook(entry):
-        assert f"https://colab.research.google.com/github/{REPO}/blob/main/{entry}.ipynb" in links, entry
-        assert f"https://mybinder.org/v2/gh/{REPO}/main?urlpath=tree/{entry}.ipynb" in links, entry
+        assert (ROOT / "reader" / f"{entry}.ipynb").exists(), entry
+        assert f"https://colab.research.google.com/github/{REPO}/blob/main/reader/{entry}.ipynb" in links, entry
+        assert f"https://mybinder.org/v2/gh/{REPO}/main?urlpath=tree/reader/{entry}.ipynb" in links, entry
+        # the download serves the reader notebook too (book/_ext/reader_downloads.py)
+        assert (HTML / "_sources" / f"{entry}.ipynb").read_text() == (ROOT / "reader" / f"{entry}.ipynb").read_text()
 
     # the sidebar lists every chapter
     sidebar = browser.execute_script(

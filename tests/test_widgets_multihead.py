@@ -35,11 +35,27 @@ def test_heads_that_do_not_divide_get_a_message_not_a_traceback(fig):
     assert any("not divisible" in t.get_text() for ax in fig.axes for t in ax.texts)
 
 
-def test_panel_builds_and_follows_its_sliders():
+def test_panel_offers_only_divisors_of_d_model_and_follows_its_sliders(capsys):
     panel = M.widgets.multihead_panel(num_heads=2, d_model=16)
-    heads_slider, width_slider = panel.children[0].children
+    heads_slider, width_slider = panel.controls["num_heads"], panel.controls["d_model"]
     assert (heads_slider.value, width_slider.value) == (2, 16)
-    heads_slider.value = 3  # 16 is not divisible by 3: the update must not raise
-    width_slider.value = 48
-    assert (heads_slider.value, width_slider.value) == (3, 48)
+    assert tuple(heads_slider.options) == (1, 2, 4, 8, 16)
+    capsys.readouterr()
+    width_slider.value = 48  # 2 still divides 48: h stays, and the slider now offers 3, 6 and 12 too
+    assert tuple(heads_slider.options) == tuple(h for h in range(1, 17) if 48 % h == 0) and heads_slider.value == 2
+    heads_slider.value = 3
+    width_slider.value = 64  # 3 does not divide 64: h moves to the nearest divisor (2 and 4 tie: the smaller)
+    assert (heads_slider.value, width_slider.value) == (2, 64)
+    printed = capsys.readouterr().out
+    assert "d_model = 48, h = 3  ->  d_k = d_model / h = 16" in printed
+    assert printed.count("d_model = 64, h = 2") == 1  # moving d_model redrew once, not once per control
+    assert "not divisible" not in printed
     plt.close("all")
+
+
+def test_no_head_count_on_the_slider_leaves_a_remainder():
+    for d_model in M.widgets.MULTIHEAD_WIDTHS:
+        assert all(d_model % h == 0 for h in M.widgets.head_choices(d_model))
+        assert max(M.widgets.head_choices(d_model)) <= M.widgets.MULTIHEAD_MAX_HEADS
+    with pytest.raises(ValueError, match=r"h = 5 does not divide d_model = 64"):
+        M.widgets.multihead_panel(num_heads=5, d_model=64)

@@ -74,13 +74,16 @@ def test_a_width_that_is_not_a_positive_whole_number_gets_a_message(fig, bad):
 
 def test_panel_builds_and_redraws_when_its_controls_change(capsys):
     panel = scaling_panel()
-    slider, box = panel.children[0].children
+    slider, box = panel.controls["d_k"], panel.controls["scaled"]
     assert list(slider.options) == [2**i for i in range(11)]
     assert (slider.value, box.value) == (64, True)
     capsys.readouterr()
     slider.value = 256
     box.value = False
     printed = capsys.readouterr().out  # make_panel prints each summary under the figure
+    labels = " ".join(w.value for row in panel.children[0].children for w in getattr(row, "children", ())
+                      if isinstance(w, M.widgets.widgets.HTML))
+    assert "<i>d</i><sub>k</sub>" in labels and ">1<" in labels and ">1024<" in labels  # symbol, both ends
     assert "d_k = 256, divided by √d_k" in printed
     assert "d_k = 256, not scaled" in printed
     plt.close("all")
