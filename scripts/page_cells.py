@@ -6,6 +6,7 @@ re-execute them (the split cells need fresh execution counts and outputs):
     python scripts/page_cells.py            # every notebook in book/
     python scripts/execute_notebooks.py
 
+It appends ``M.plotting.use_course_style()`` to the cell that imports the package (one figure style, 2x PNGs).
 What it does to each code cell (the first cell, the install cell, is left alone):
 
 1. ``# NBVAL_IGNORE_OUTPUT`` / ``# NBVAL_SKIP`` comment markers become nbval's cell tags
@@ -255,8 +256,23 @@ def caption_for(cell):
     return first + "."
 
 
+STYLE_LINE = "M.plotting.use_course_style()   # one figure style; figures stored sharp for high-density screens"
+
+
+def ensure_figure_style(cells, name, notes):
+    """Append STYLE_LINE to the cell that imports mha_lessons as M, once per notebook."""
+    if any(re.search(r"^M\.plotting\.use_course_style\(", source(c), flags=re.MULTILINE) for c in cells):
+        return
+    for cell in cells:
+        if cell["cell_type"] == "code" and re.search(r"^import mha_lessons as M\b", source(cell), flags=re.MULTILINE):
+            set_source(cell, source(cell).rstrip("\n") + "\n" + STYLE_LINE)
+            return
+    notes.append(f"{name}: no 'import mha_lessons as M' cell, so no figure style applied")
+
+
 def process(nb, name, notes):
     cells, out = nb["cells"], []
+    ensure_figure_style(cells, name, notes)
     code_seen = 0
     for cell in cells:
         out.append(cell)

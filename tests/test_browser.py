@@ -294,14 +294,15 @@ def axe_source():
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
-def test_axe_finds_no_critical_or_serious_violation(site, browser, axe_source, entry):
-    """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load)."""
+def test_axe_finds_no_violation_of_any_impact(site, browser, axe_source, entry):
+    """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load):
+    no violation at all, minor and moderate included."""
     browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
     browser.execute_script(axe_source)
     violations = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations"
-        ".filter(v => v.impact === 'critical' || v.impact === 'serious')"
         ".map(v => v.impact + ' ' + v.id + ' (' + v.help + '): ' + v.nodes.slice(0, 3).map(n => n.html.slice(0, 160))"
         ".join(' | '))), e => done(['axe failed: ' + e]));"
     )
@@ -320,3 +321,203 @@ def test_every_figure_has_a_text_alternative_that_is_not_a_file_name(entry):
     bad = [alt for alt in alts if len(alt.split()) < 2 or re.search(r"\.(png|svg|jpe?g|gif)$", alt.strip())]
     assert bad == [], (f"{entry}: figures whose alt text says nothing about them: {bad}; give the cell "
                        f"metadata {{'mystnb': {{'image': {{'alt': 'what the figure shows'}}}}}}")
+
+
+# ---------------------------------------------------------------- the page as it prints, at both widths
+
+def wait_for_math(browser):
+    return browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "if (!window.MathJax || !MathJax.startup) { done('no MathJax'); return; }"
+        "MathJax.startup.promise.then(() => done('ok'), e => done('error: ' + e));"
+    )
+
+
+def phone(browser, on):
+    """Emulate a 400 x 800 phone screen (mobile, 2x pixels), or go back to the 1280 px desktop window."""
+    if on:
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                {"width": 400, "height": 800, "deviceScaleFactor": 2, "mobile": True})
+    else:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        browser.set_window_size(1280, 1000)
+
+
+def test_on_a_phone_both_drawers_open_and_the_menu_reaches_a_chapter(site, browser):
+    """The theme's two toggles (the chapter list, the page's contents) open their drawers at 400 px."""
+    from selenium.webdriver.common.by import By
+
+    chapter = next(e for e in ENTRIES if is_notebook(e))
+    target = next(e for e in ENTRIES if is_notebook(e) and e != chapter)
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{chapter}.html"))
+        visible = ("const r = arguments[0].getBoundingClientRect();"
+                   "return r.width > 100 && r.right > 50 && r.left < window.innerWidth - 50 &&"
+                   " getComputedStyle(arguments[0]).visibility !== 'hidden';")
+        primary = browser.find_element(By.CSS_SELECTOR, ".bd-sidebar-primary")
+        assert not browser.execute_script(visible, primary), "the chapter list shows before it is opened"
+        browser.find_element(By.CSS_SELECTOR, "button.primary-toggle").click()
+        browser.execute_script("return new Promise(r => setTimeout(r, 600));")
+        assert browser.execute_script(visible, primary), "the menu button did not open the chapter list"
+        browser.save_screenshot(str(SHOTS / "phone_primary_drawer.png"))
+        link = primary.find_element(By.CSS_SELECTOR, f'a[href$="{Path(target).name}.html"]')
+        link.click()
+        browser.execute_script("return new Promise(r => setTimeout(r, 600));")
+        assert browser.current_url.split("#")[0].endswith(f"{target}.html"), browser.current_url
+        secondary = browser.find_element(By.CSS_SELECTOR, ".bd-sidebar-secondary")
+        browser.find_element(By.CSS_SELECTOR, "button.secondary-toggle").click()
+        browser.execute_script("return new Promise(r => setTimeout(r, 600));")
+        assert browser.execute_script(visible, secondary), "the contents button did not open the page's contents"
+        browser.save_screenshot(str(SHOTS / "phone_secondary_drawer.png"))
+    finally:
+        phone(browser, False)
+
+
+# Display equations that are wider than the text column at 1280 px, as (page, equation number), found on
+# this branch while the chapters' equations were being rewritten. The lead empties this list after the
+# merge; the test fails on an overflowing equation not listed here, and on a listed one that now fits.
+KNOWN_WIDE_EQUATIONS = set()
+
+EQUATIONS_JS = """
+return Array.from(document.querySelectorAll('main mjx-container[display="true"]')).map(c => {
+  const box = c.closest('div.math') || c.parentElement;
+  const number = box.querySelector('.eqno');
+  return {number: number ? number.textContent.replace(/[^0-9.()]/g, '') : '(unnumbered)',
+          text: (c.getAttribute('aria-label') || '').slice(0, 50),
+          width: Math.round(c.scrollWidth), column: Math.round(c.clientWidth)};
+});
+"""
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, browser, entry):
+    """(a) at 400 px no page is wider than the screen (long inline code wraps, wide equations and listings
+    scroll in their own box); (b) at 1280 px no display equation is wider than the text column."""
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{entry}.html"))
+        wait_for_math(browser)
+        widths = browser.execute_script(
+            "const w = window.innerWidth; const doc = document.documentElement.scrollWidth;"
+            "const wide = Array.from(document.querySelectorAll('main *')).filter(e => {"
+            "  const r = e.getBoundingClientRect(); return r.right > w + 1 && r.width > 0 &&"
+            "  !e.closest('pre, .highlight, .math, mjx-container, .table-wrapper, div.output, .mha-panel, table'); })"
+            ".slice(0, 5).map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 60));"
+            "return {screen: w, page: doc, wide: wide};")
+        height = browser.execute_script("return document.documentElement.scrollHeight;")
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                {"width": 400, "height": min(height, 16000), "deviceScaleFactor": 1, "mobile": True})
+        browser.save_screenshot(str(SHOTS / f"phone_{entry.replace('/', '_')}.png"))
+    finally:
+        phone(browser, False)
+    assert widths["page"] <= widths["screen"], (
+        f"{entry}: at {widths['screen']} px the page is {widths['page']} px wide; too wide: {widths['wide']}")
+
+    browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
+    wide = {(entry, e["number"]): e for e in browser.execute_script(EQUATIONS_JS) if e["width"] > e["column"] + 1}
+    new = [f"{n} {e['width']} px in a {e['column']} px column: {e['text']}" for (_, n), e in wide.items()
+           if (entry, n) not in KNOWN_WIDE_EQUATIONS]
+    fixed = sorted(n for (page, n) in KNOWN_WIDE_EQUATIONS if page == entry and (page, n) not in wide)
+    assert not new, f"{entry}: display equations wider than the text column at 1280 px: {new}"
+    assert not fixed, f"{entry}: equations {fixed} now fit; remove them from KNOWN_WIDE_EQUATIONS"
+
+
+# The smallest text of a figure, as shown on the page, in CSS pixels: 9 points.
+LEGIBLE_PX = 12.0
+# Figures whose smallest text shows below LEGIBLE_PX at 1280 px on this branch, as (page, image file):
+# chapter code that draws them wider than the column or with small fonts. Emptied as the chapters are redrawn.
+KNOWN_SMALL_FIGURES = set()
+
+
+def figure_metadata(entry):
+    """{file name the site gives the image (sha256 of its bytes, as myst-nb names it): the output's metadata}."""
+    import base64
+    import hashlib
+
+    found = {}
+    nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            png = output.get("data", {}).get("image/png")
+            if png:
+                data = base64.b64decode("".join(png) if isinstance(png, list) else png)
+                found[hashlib.sha256(data).hexdigest() + ".png"] = output.get("metadata", {}).get("image/png", {})
+    return found
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if is_notebook(e)])
+def test_every_figure_is_sharp_and_its_text_legible_at_the_width_shown(site, browser, entry):
+    """Each figure of a chapter is stored at twice its display size and, at the width the page shows it at
+    1280 px, its smallest text (recorded by mha_lessons.plotting.use_course_style) is at least 9 points."""
+    meta = figure_metadata(entry)
+    browser.get(urljoin(site, f"{entry}.html"))
+    browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true);")
+    shown = browser.execute_script(
+        "return Array.from(document.querySelectorAll('main .cell_output img')).map(i =>"
+        " ({file: i.src.split('/').pop(), natural: i.naturalWidth, width: i.getBoundingClientRect().width}));")
+    small, blurry = [], []
+    for image in shown:
+        info = meta.get(image["file"])
+        if info is None:
+            continue  # not a matplotlib output of this notebook (a panel's frame, a logo)
+        if "width" not in info or image["natural"] < 1.9 * info["width"]:
+            blurry.append(image["file"])
+            continue
+        course = info.get("mha_lessons", {})
+        if not course.get("smallest_font_pt"):
+            continue
+        scale = min(1.0, image["width"] / info["width"])
+        px = course["smallest_font_pt"] * course["dpi"] / 72 * scale
+        if px < LEGIBLE_PX and (entry, image["file"]) not in KNOWN_SMALL_FIGURES:
+            small.append(f"{image['file'][:12]}: {px:.1f} px ({course['smallest_font_pt']} pt drawn, "
+                         f"{info['width']} px shown at {image['width']:.0f})")
+    assert not blurry, f"{entry}: figures stored at 1x (run M.plotting.use_course_style() first): {blurry}"
+    assert not small, f"{entry}: figure text below {LEGIBLE_PX} px as shown: {small}"
+
+
+CODE_SHARE = 0.25
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if is_notebook(e)])
+def test_the_page_shows_the_lesson_not_the_machinery(site, browser, entry):
+    """Visible code inputs take at most CODE_SHARE of the page's height; no glue call or nbval marker shows."""
+    browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
+    share = browser.execute_script(
+        "const main = document.querySelector('main article') || document.querySelector('main');"
+        "const inputs = Array.from(main.querySelectorAll('.cell_input')).filter(e => !e.closest('details:not([open])'));"
+        "return inputs.reduce((s, e) => s + e.getBoundingClientRect().height, 0) / main.getBoundingClientRect().height;")
+    text = browser.execute_script("return document.querySelector('main').innerText;")
+    for machinery in ("glue(", "NBVAL", "tests/test_"):
+        assert machinery not in text, f"{entry}: {machinery!r} is visible on the page"
+    assert share <= CODE_SHARE, f"{entry}: code inputs are {share:.0%} of the page's height (at most {CODE_SHARE:.0%})"
+
+
+FIRST_LOAD_BYTES = 2_000_000
+# Pages over FIRST_LOAD_BYTES on this branch: the panels' frames are inlined in the page (mha_lessons/panels.py).
+KNOWN_HEAVY_PAGES = set()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_first_visit_loads_under_two_megabytes(site, browser, entry):
+    """Everything a first visit loads (the page, styles, scripts, fonts, images), with an empty cache."""
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.clearBrowserCache", {})
+    browser.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})
+    try:
+        browser.get(urljoin(site, f"{entry}.html"))
+        wait_for_math(browser)
+        browser.execute_script("return new Promise(r => setTimeout(r, 300));")
+        total, largest = browser.execute_script(
+            "const all = performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'));"
+            "const sized = all.map(r => [r.encodedBodySize || r.decodedBodySize || 0, r.name.split('/').pop()]);"
+            "sized.sort((a, b) => b[0] - a[0]);"
+            "return [sized.reduce((s, r) => s + r[0], 0), sized.slice(0, 4)];")
+    finally:
+        browser.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
+    print(f"{entry}: {total / 1e6:.2f} MB; largest: {largest}")
+    if entry in KNOWN_HEAVY_PAGES:
+        return
+    assert total <= FIRST_LOAD_BYTES, f"{entry}: a first visit loads {total / 1e6:.2f} MB; the largest: {largest}"
