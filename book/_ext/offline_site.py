@@ -49,7 +49,10 @@ THEME_MODE_JS = 'if (!document.documentElement.dataset.mode) { document.document
 # - sphinx-togglebutton names every solution toggle "Toggle hidden content" while it shows "Show the solution";
 # - pydata-sphinx-theme's search field shows "Search Ctrl+K" but is named "Search";
 # - its colour-mode button is named "Color mode" but its icons carry the titles "Light", "Dark", "System Settings"
-#   (Font Awesome turns them into <svg role="img"> with a <title>): the icons are decoration, hidden from readers;
+#   (Font Awesome turns them into <svg role="img"> with a <title>; 0.16 puts titles on <span>s): the icons are
+#   decoration, hidden from readers;
+# - pydata-sphinx-theme 0.16's primary sidebar is a <div>, so its content sits outside any landmark: it becomes
+#   a navigation landmark named "Chapters";
 # - sphinxcontrib-bibtex's list of references has role="list" without list items, so readers announce an empty
 #   list: the role is dropped (each entry keeps its role doc-biblioentry).
 # Toggles and icons are created by scripts on load, so the fixes run on load and whenever the page changes.
@@ -58,11 +61,15 @@ A11Y_JS = """
   function fix() {
     document.querySelectorAll('[aria-label="Toggle hidden content"], .search-button-field[aria-label]')
       .forEach(function (e) { e.removeAttribute("aria-label"); });
-    document.querySelectorAll(".theme-switch-button i, .theme-switch-button svg").forEach(function (e) {
+    document.querySelectorAll(".theme-switch-button i, .theme-switch-button svg, .theme-switch-button span")
+      .forEach(function (e) {
       e.setAttribute("aria-hidden", "true"); e.removeAttribute("title"); e.removeAttribute("role");
       e.removeAttribute("aria-labelledby");
     });
     document.querySelectorAll('.citation-list[role="list"]').forEach(function (e) { e.removeAttribute("role"); });
+    document.querySelectorAll(".bd-sidebar-primary:not([role])").forEach(function (e) {
+      e.setAttribute("role", "navigation"); e.setAttribute("aria-label", "Chapters");
+    });
   }
   document.addEventListener("DOMContentLoaded", function () {
     fix();
