@@ -65,6 +65,9 @@ def use_course_style():
     if shell is not None and "image/png" in shell.display_formatter.formatters:
         from matplotlib.figure import Figure
 
+        # The inline backend sets its own figure formatter when it is loaded, which pyplot does lazily, at
+        # the first figure: load it now, so that the formatter set below is the one that stays.
+        plt.close(plt.figure())
         shell.display_formatter.formatters["image/png"].for_type(Figure, _retina_png)
     return STYLE
 

@@ -4,7 +4,8 @@ Loaded through `sphinx.local_extensions` in _config.yml. On each page it
 
 - drops the Thebe scripts (this course runs in Colab, Binder or locally, not in the page):
   Jupyter Book adds them twice, and the second `const THEBE_JS_URL` is a SyntaxError;
-- drops exact duplicates among the remaining scripts;
+- drops exact duplicates among the remaining scripts, and the theme's Font Awesome script (the theme's CSS
+  already draws the icons with the Font Awesome webfont);
 - inserts, before RequireJS, a small script that
   * tells RequireJS where the widget manager's files are, so that its fonts load from
     _static/offline/html-manager instead of a path relative to the page;
@@ -54,7 +55,7 @@ THEME_MODE_JS = 'if (!document.documentElement.dataset.mode) { document.document
 # - pydata-sphinx-theme 0.16's primary sidebar is a <div>, so its content sits outside any landmark: it becomes
 #   a navigation landmark named "Chapters";
 # - sphinxcontrib-bibtex's list of references has role="list" without list items, so readers announce an empty
-#   list: the role is dropped (each entry keeps its role doc-biblioentry).
+#   list, and gives each entry the role doc-biblioentry, which ARIA 1.2 no longer allows: both roles are dropped.
 # Toggles and icons are created by scripts on load, so the fixes run on load and whenever the page changes.
 A11Y_JS = """
 (function () {
@@ -66,7 +67,9 @@ A11Y_JS = """
       e.setAttribute("aria-hidden", "true"); e.removeAttribute("title"); e.removeAttribute("role");
       e.removeAttribute("aria-labelledby");
     });
-    document.querySelectorAll('.citation-list[role="list"]').forEach(function (e) { e.removeAttribute("role"); });
+    document.querySelectorAll('.citation-list[role="list"], .citation[role="doc-biblioentry"]')
+      .forEach(function (e) { e.removeAttribute("role"); });
+    document.querySelectorAll(".theme-switch-button svg title").forEach(function (e) { e.remove(); });
     document.querySelectorAll(".bd-sidebar-primary:not([role])").forEach(function (e) {
       e.setAttribute("role", "navigation"); e.setAttribute("aria-label", "Chapters");
     });
@@ -80,6 +83,12 @@ A11Y_JS = """
   window.addEventListener("load", fix);
 })();
 """
+
+
+# pydata-sphinx-theme loads Font Awesome twice: as a webfont through its CSS, which draws every icon the pages
+# show (<i class="fa-solid fa-sun">), and as a 1.5 MB script that replaces those icons with inline SVG. The
+# script is dropped: the icons look the same and a first visit loads 1.5 MB less.
+FONTAWESOME_JS = "scripts/fontawesome.js"
 
 
 def _body(script):
@@ -97,7 +106,7 @@ def clean_scripts(app, pagename, templatename, context, doctree):
     seen, kept = set(), []
     for script in scripts:
         key = (script.filename, _body(script))
-        if _is_thebe(script) or key in seen:
+        if _is_thebe(script) or key in seen or (script.filename or "").endswith(FONTAWESOME_JS):
             continue
         seen.add(key)
         if (script.filename or "").endswith("offline/require.js"):
