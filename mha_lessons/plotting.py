@@ -15,11 +15,11 @@ MASK_COLORS = ("#d9d9d9", "#3b75af")  # blocked, may attend
 SHAPE_COLORS = {"q": "#3b75af", "k": "#e1812c", "v": "#3a923a", "s": "#845b53", "o": "#8e6cb8"}
 
 
-# One style for every figure of the course. A figure is drawn for the text column of the website, about
-# COLUMN_INCHES wide at matplotlib's 100 dots per inch (one dot is one CSS pixel on the page); at that width
+# One style for every figure of the course. A figure is drawn for the text column of the website (660 px at
+# 1280 px), COLUMN_INCHES wide at 100 dots per inch (one dot is one CSS pixel on the page); at that width
 # the smallest text, MIN_FONT_PT, shows at 9 CSS points or more. A wider figure is shrunk into the column,
 # its text with it: draw it narrower or split it into rows (tests/test_browser.py measures every figure).
-COLUMN_INCHES = 6.9
+COLUMN_INCHES = 6.6
 MIN_FONT_PT = 9.5
 STYLE = {
     "figure.dpi": 100,
