@@ -48,19 +48,19 @@ def use_course_style():
 
     Returns
     -------
-    dict
-        The matplotlib settings applied (``STYLE``).
+    None (so that a notebook cell ending with the call prints nothing)
 
     Examples
     --------
-    >>> use_course_style()["font.size"] >= MIN_FONT_PT
+    >>> use_course_style()
+    >>> plt.rcParams["font.size"] >= MIN_FONT_PT
     True
     """
     plt.rcParams.update(STYLE)
     try:
         from IPython import get_ipython
     except ImportError:
-        return STYLE
+        return None
     shell = get_ipython()
     if shell is not None and "image/png" in shell.display_formatter.formatters:
         from matplotlib.figure import Figure
@@ -69,7 +69,7 @@ def use_course_style():
         # the first figure: load it now, so that the formatter set below is the one that stays.
         plt.close(plt.figure())
         shell.display_formatter.formatters["image/png"].for_type(Figure, _retina_png)
-    return STYLE
+    return None
 
 
 def smallest_font_pt(fig):

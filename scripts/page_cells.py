@@ -256,7 +256,7 @@ def caption_for(cell):
     return first + "."
 
 
-STYLE_LINE = "M.plotting.use_course_style()   # one figure style; figures stored sharp for high-density screens"
+STYLE_LINE = "M.plotting.use_course_style()   # the course's figure style, sharp on any screen"
 
 
 def ensure_figure_style(cells, name, notes):

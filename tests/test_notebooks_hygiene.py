@@ -308,3 +308,15 @@ def test_no_glued_float_is_shown_with_more_digits_than_glue_keeps(path):
             f"{path.name}: {{glue:text}}`{name}{':' + spec if spec else ''}` shows {shown!r}, "
             f"{shown_digits(shown)} significant digits; glue keeps {GLUE_DIGITS}, and digits beyond about 4 "
             f"differ between machines")
+
+
+def test_every_notebook_is_set_for_the_page_by_scripts_page_cells():
+    """Glue cells hidden, nbval markers as tags, plotting cells collapsed, captions: scripts/page_cells.py has run
+    on every notebook (its --check mode changes nothing and fails if a run would change a notebook)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "page_cells.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, (f"run `python scripts/page_cells.py` and re-execute the notebooks: "
+                                    f"{result.stdout.strip().splitlines()[-1]}")
