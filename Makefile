@@ -1,4 +1,5 @@
-# The course's commands. Each creates .venv and installs requirements.txt first if needed.
+# The course's commands. Each creates .venv and installs what it needs first: `make book` only
+# requirements-book.txt (no torch), the others requirements.txt (everything).
 #   make book     build the website into _build/html (warnings are errors)
 #   make test     the strict book build; unit tests, doctests, nbval on every notebook and the Colab
 #                 wheel test; then `make portability`
@@ -11,24 +12,35 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BOOK_STAMP := $(VENV)/.installed-book
 NOTEBOOKS := $(wildcard book/*.ipynb)
+# PyTorch's CPU wheels: `make TORCH_INDEX=https://download.pytorch.org/whl/cpu venv` (PyPI's Linux wheel is CUDA's).
+TORCH_INDEX ?=
+PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 
 .PHONY: venv book test portability execute bench clean lab
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet $(PIP_INDEX) -r requirements.txt
+	touch $(STAMP) $(BOOK_STAMP)
+
+# The website needs only Jupyter Book and the theme (the full environment includes them).
+$(BOOK_STAMP): requirements-book.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-book.txt
+	touch $(BOOK_STAMP)
 
 venv: $(STAMP)
 
-book: $(STAMP)
+book: $(BOOK_STAMP)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	$(BIN)/python scripts/vendor_assets.py
 	@echo "The website: $(CURDIR)/_build/html/index.html"
 
-test: book
+test: $(STAMP) book
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests mha_lessons $(NOTEBOOKS)
 	$(BIN)/python scripts/portability.py

@@ -15,6 +15,100 @@ MASK_COLORS = ("#d9d9d9", "#3b75af")  # blocked, may attend
 SHAPE_COLORS = {"q": "#3b75af", "k": "#e1812c", "v": "#3a923a", "s": "#845b53", "o": "#8e6cb8"}
 
 
+# One style for every figure of the course. A figure is drawn for the text column of the website (660 px at
+# 1280 px), COLUMN_INCHES wide at 100 dots per inch (one dot is one CSS pixel on the page); at that width
+# the smallest text, MIN_FONT_PT, shows at 9 CSS points or more. A wider figure is shrunk into the column,
+# its text with it: draw it narrower or split it into rows (tests/test_browser.py measures every figure).
+COLUMN_INCHES = 6.6
+MIN_FONT_PT = 9.5
+STYLE = {
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "font.size": 11,
+    "axes.titlesize": 11,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "figure.titlesize": 12,
+    # white behind every figure, so that it reads the same on the site's dark theme
+    "figure.facecolor": "white",
+    "savefig.facecolor": "white",
+    "axes.facecolor": "white",
+}
+
+
+def use_course_style():
+    """Apply the course's figure style; in a notebook, store figures as 2x PNGs that record their smallest text.
+
+    Each chapter calls it once after its imports. The stored PNG has twice the pixels of its displayed size
+    (sharp on high-density screens; the output's metadata gives the displayed width and height), and the
+    metadata key ``mha_lessons.smallest_font_pt`` the size of the smallest text drawn, which the browser
+    test compares with the width the figure is shown at. Outside IPython only the style is applied.
+
+    Returns
+    -------
+    None (so that a notebook cell ending with the call prints nothing)
+
+    Examples
+    --------
+    >>> use_course_style()
+    >>> plt.rcParams["font.size"] >= MIN_FONT_PT
+    True
+    """
+    plt.rcParams.update(STYLE)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is not None and "image/png" in shell.display_formatter.formatters:
+        from matplotlib.figure import Figure
+
+        # The inline backend sets its own figure formatter when it is loaded, which pyplot does lazily, at
+        # the first figure: load it now, so that the formatter set below is the one that stays.
+        plt.close(plt.figure())
+        shell.display_formatter.formatters["image/png"].for_type(Figure, _retina_png)
+    return None
+
+
+def smallest_font_pt(fig):
+    """The size in points of the smallest visible, non-empty text in ``fig`` (None if it has no text).
+
+    Examples
+    --------
+    >>> fig, ax = plt.subplots()
+    >>> _ = ax.text(0.5, 0.5, "small", fontsize=7)
+    >>> smallest_font_pt(fig)
+    7.0
+    >>> plt.close(fig)
+    """
+    texts = list(fig.texts)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        texts += list(ax.texts) + [ax.title, ax._left_title, ax._right_title]
+        if ax.axison:  # tick labels and axis labels are drawn only when the axes' frame is
+            for axis in (ax.xaxis, ax.yaxis):
+                texts += [axis.label] + axis.get_ticklabels(which="both")
+        legend = ax.get_legend()
+        if legend is not None:
+            texts += list(legend.get_texts()) + [legend.get_title()]
+    sizes = [t.get_fontsize() for t in texts if t.get_visible() and t.get_text().strip()]
+    return float(min(sizes)) if sizes else None
+
+
+def _retina_png(fig):
+    from IPython.core.pylabtools import retina_figure
+
+    result = retina_figure(fig, base64=True, bbox_inches="tight")
+    if result is None:
+        return None
+    data, metadata = result
+    metadata["mha_lessons"] = {"smallest_font_pt": smallest_font_pt(fig), "dpi": float(fig.dpi)}
+    return data, metadata
+
+
 def _new_ax(ax, size):
     if ax is None:
         _, ax = plt.subplots(figsize=size)

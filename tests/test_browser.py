@@ -297,14 +297,15 @@ def axe_source():
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
-def test_axe_finds_no_critical_or_serious_violation(site, browser, axe_source, entry):
-    """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load)."""
+def test_axe_finds_no_violation_of_any_impact(site, browser, axe_source, entry):
+    """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load):
+    no violation at all, minor and moderate included."""
     browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
     browser.execute_script(axe_source)
     violations = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations"
-        ".filter(v => v.impact === 'critical' || v.impact === 'serious')"
         ".map(v => v.impact + ' ' + v.id + ' (' + v.help + '): ' + v.nodes.slice(0, 3).map(n => n.html.slice(0, 160))"
         ".join(' | '))), e => done(['axe failed: ' + e]));"
     )
@@ -323,3 +324,274 @@ def test_every_figure_has_a_text_alternative_that_is_not_a_file_name(entry):
     bad = [alt for alt in alts if len(alt.split()) < 2 or re.search(r"\.(png|svg|jpe?g|gif)$", alt.strip())]
     assert bad == [], (f"{entry}: figures whose alt text says nothing about them: {bad}; give the cell "
                        f"metadata {{'mystnb': {{'image': {{'alt': 'what the figure shows'}}}}}}")
+
+
+# ---------------------------------------------------------------- the page as it prints, at both widths
+
+def wait_for_math(browser):
+    return browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "if (!window.MathJax || !MathJax.startup) { done('no MathJax'); return; }"
+        "MathJax.startup.promise.then(() => done('ok'), e => done('error: ' + e));"
+    )
+
+
+def phone(browser, on):
+    """Emulate a 400 x 800 phone screen (mobile, 2x pixels), or go back to the 1280 px desktop window."""
+    if on:
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                {"width": 400, "height": 800, "deviceScaleFactor": 2, "mobile": True})
+    else:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        browser.set_window_size(1280, 1000)
+
+
+def test_on_a_phone_both_drawers_open_and_the_menu_reaches_a_chapter(site, browser):
+    """The theme's two toggles (the chapter list, the page's contents) open their drawers at 400 px."""
+    from selenium.webdriver.common.by import By
+
+    chapter = next(e for e in ENTRIES if is_notebook(e))
+    target = next(e for e in ENTRIES if is_notebook(e) and e != chapter)
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{chapter}.html"))
+        visible = ("const r = arguments[0].getBoundingClientRect();"
+                   "return r.width > 100 && r.right > 50 && r.left < window.innerWidth - 50 &&"
+                   " getComputedStyle(arguments[0]).visibility !== 'hidden';")
+        # pydata-sphinx-theme 0.16 moves each sidebar into a <dialog> when its button is pressed on a phone
+        def open_drawer(button, dialog):
+            shown = [b for b in browser.find_elements(By.CSS_SELECTOR, button) if b.is_displayed()]
+            assert shown, f"no visible {button} at 400 px"
+            drawer = browser.find_element(By.CSS_SELECTOR, dialog)
+            assert not browser.execute_script(visible, drawer), f"{dialog} shows before it is opened"
+            shown[0].click()
+            browser.execute_script("return new Promise(r => setTimeout(r, 600));")
+            assert browser.execute_script(visible, drawer), f"pressing {button} did not open {dialog}"
+            return drawer
+
+        primary = open_drawer("button.primary-toggle", "#pst-primary-sidebar-modal")
+        browser.save_screenshot(str(SHOTS / "phone_primary_drawer.png"))
+        link = primary.find_element(By.CSS_SELECTOR, f'a[href$="{Path(target).name}.html"]')
+        link.click()
+        browser.execute_script("return new Promise(r => setTimeout(r, 600));")
+        assert browser.current_url.split("#")[0].endswith(f"{target}.html"), browser.current_url
+        secondary = open_drawer("button.secondary-toggle", "#pst-secondary-sidebar-modal")
+        assert secondary.find_elements(By.CSS_SELECTOR, "a"), "the page's contents drawer lists no section"
+        browser.save_screenshot(str(SHOTS / "phone_secondary_drawer.png"))
+    finally:
+        phone(browser, False)
+
+
+# Display equations that are wider than the text column at 1280 px, as (page, equation number), found on
+# this branch while the chapters' equations were being rewritten. The lead empties this list after the
+# merge; the test fails on an overflowing equation not listed here, and on a listed one that now fits.
+KNOWN_WIDE_EQUATIONS = {
+    ("book/02_why_sqrt_dk", "(2.7)"),
+    ("book/05_gradients", "(5.3)"), ("book/05_gradients", "(5.4)"), ("book/05_gradients", "(5.8)"),
+    ("book/07_efficient_attention", "(7.9)"), ("book/07_efficient_attention", "(7.10)"),
+    ("book/09_heads_across_processes", "(9.3)"),
+}
+
+EQUATIONS_JS = """
+return Array.from(document.querySelectorAll('main mjx-container[display="true"]')).map(c => {
+  const box = c.closest('div.math') || c.parentElement;
+  const number = box.querySelector('.eqno');
+  return {number: number ? number.textContent.replace(/[^0-9.()]/g, '') : '(unnumbered)',
+          text: (c.getAttribute('aria-label') || '').slice(0, 50),
+          width: Math.round(c.scrollWidth), column: Math.round(c.clientWidth)};
+});
+"""
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, browser, entry):
+    """(a) at 400 px no page is wider than the screen (long inline code wraps, wide equations and listings
+    scroll in their own box); (b) at 1280 px no display equation is wider than the text column."""
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{entry}.html"))
+        wait_for_math(browser)
+        widths = browser.execute_script(
+            "const w = window.innerWidth; const doc = document.documentElement.scrollWidth;"
+            "const wide = Array.from(document.querySelectorAll('main *')).filter(e => {"
+            "  const r = e.getBoundingClientRect(); return r.right > w + 1 && r.width > 0 &&"
+            "  !e.closest('pre, .highlight, .math, mjx-container, .table-wrapper, div.output, .mha-panel, table'); })"
+            ".slice(0, 5).map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 60));"
+            "return {screen: w, page: doc, wide: wide};")
+        height = browser.execute_script("return document.documentElement.scrollHeight;")
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                {"width": 400, "height": min(height, 16000), "deviceScaleFactor": 1, "mobile": True})
+        browser.save_screenshot(str(SHOTS / f"phone_{entry.replace('/', '_')}.png"))
+    finally:
+        phone(browser, False)
+    assert widths["page"] <= widths["screen"], (
+        f"{entry}: at {widths['screen']} px the page is {widths['page']} px wide; too wide: {widths['wide']}")
+
+    browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
+    wide = {(entry, e["number"]): e for e in browser.execute_script(EQUATIONS_JS) if e["width"] > e["column"] + 1}
+    new = [f"{n} {e['width']} px in a {e['column']} px column: {e['text']}" for (_, n), e in wide.items()
+           if (entry, n) not in KNOWN_WIDE_EQUATIONS]
+    fixed = sorted(n for (page, n) in KNOWN_WIDE_EQUATIONS if page == entry and (page, n) not in wide)
+    assert not new, f"{entry}: display equations wider than the text column at 1280 px: {new}"
+    assert not fixed, f"{entry}: equations {fixed} now fit; remove them from KNOWN_WIDE_EQUATIONS"
+
+
+# The smallest text of a figure, as shown on the page, in CSS pixels: 9 points.
+LEGIBLE_PX = 12.0
+# Figures whose smallest text shows below LEGIBLE_PX at 1280 px on this branch, as (page, cell id):
+# chapter code that draws them wider than the column or with small fonts. Emptied as the chapters are redrawn.
+KNOWN_SMALL_FIGURES = {
+    ("book/01_scaled_dot_product_attention", "324e469d"),
+    ("book/01_scaled_dot_product_attention", "7e02be77"),
+    ("book/02_why_sqrt_dk", "a1d6e5e4"),
+    ("book/02_why_sqrt_dk", "d87b2d87"),
+    ("book/02_why_sqrt_dk", "144dd1a6"),
+    ("book/02_why_sqrt_dk", "aad0e0dc"),
+    ("book/03_multi_head_attention", "layer-diagram"),
+    ("book/03_multi_head_attention", "62e39760"),
+    ("book/03_multi_head_attention", "8908f811"),
+    ("book/03_multi_head_attention", "0c55c026"),
+    ("book/03_multi_head_attention", "d8b1ada1"),
+    ("book/03_multi_head_attention", "85b04ffc"),
+    ("book/04_cost", "4d9b1b7c"),
+    ("book/04_cost", "f59f2b9b"),
+    ("book/04_cost", "09174c2c"),
+    ("book/05_gradients", "9669eeb5"),
+    ("book/06_masks", "e7bad795"),
+    ("book/06_masks", "8e349930"),
+    ("book/06_masks", "b7e2c1a1"),
+    ("book/07_efficient_attention", "9ee039c3"),
+    ("book/07_efficient_attention", "dbad96bb"),
+    ("book/07_efficient_attention", "8c49e53c"),
+    ("book/08_inference", "cf3b48af"),
+    ("book/08_inference", "bdd9ebe1"),
+    ("book/08_inference", "0e4d7b21"),
+    ("book/08_inference", "526fb4fb"),
+    ("book/09_heads_across_processes", "d2e25645"),
+    ("book/10_what_heads_learn", "7d725d68"),
+    ("book/10_what_heads_learn", "af9ba2d2"),
+    ("book/10_what_heads_learn", "650ccf8c"),
+    ("book/10_what_heads_learn", "one-head-whose-keys-see-tokens"),
+}
+
+
+def figure_metadata(entry):
+    """{file name the site gives the image (sha256 of its bytes, as myst-nb names it): (cell id, the output's
+    image metadata)}."""
+    import base64
+    import hashlib
+
+    found = {}
+    nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            png = output.get("data", {}).get("image/png")
+            if png:
+                data = base64.b64decode("".join(png) if isinstance(png, list) else png)
+                found[hashlib.sha256(data).hexdigest() + ".png"] = (
+                    cell.get("id"), output.get("metadata", {}).get("image/png", {}))
+    return found
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if is_notebook(e)])
+def test_every_figure_is_sharp_and_its_text_legible_at_the_width_shown(site, browser, entry):
+    """Each figure of a chapter is stored at twice its display size and, at the width the page shows it at
+    1280 px, its smallest text (recorded by mha_lessons.plotting.use_course_style) is at least 9 points."""
+    meta = figure_metadata(entry)
+    browser.get(urljoin(site, f"{entry}.html"))
+    browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true);")
+    shown = browser.execute_script(
+        "return Array.from(document.querySelectorAll('main .cell_output img')).map(i =>"
+        " ({file: i.src.split('/').pop(), natural: i.naturalWidth, width: i.getBoundingClientRect().width}));")
+    small, blurry = [], []
+    for image in shown:
+        if image["file"] not in meta:
+            continue  # not a matplotlib output of this notebook (a panel's frame, a logo)
+        cell, info = meta[image["file"]]
+        if "width" not in info or image["natural"] < 1.9 * info["width"]:
+            blurry.append(cell)
+            continue
+        course = info.get("mha_lessons", {})
+        if not course.get("smallest_font_pt"):
+            continue
+        scale = min(1.0, image["width"] / info["width"])
+        px = course["smallest_font_pt"] * course["dpi"] / 72 * scale
+        if px < LEGIBLE_PX and (entry, cell) not in KNOWN_SMALL_FIGURES:
+            small.append(f"cell {cell}: {px:.1f} px ({course['smallest_font_pt']} pt drawn, "
+                         f"{info['width']} px wide shown at {image['width']:.0f})")
+    assert not blurry, f"{entry}: figures stored at 1x (run M.plotting.use_course_style() first): {blurry}"
+    assert not small, f"{entry}: figure text below {LEGIBLE_PX} px as shown: {small}"
+
+
+CODE_SHARE = 0.25
+# Chapters over CODE_SHARE on this branch (their listings are the chapter engineers' to fold or shorten).
+KNOWN_CODE_HEAVY = {"book/05_gradients"}
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if is_notebook(e)])
+def test_the_page_shows_the_lesson_not_the_machinery(site, browser, entry):
+    """Visible code inputs take at most CODE_SHARE of the page's height; no glue call or nbval marker shows."""
+    browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
+    share = browser.execute_script(
+        "const main = document.querySelector('main article') || document.querySelector('main');"
+        "const inputs = Array.from(main.querySelectorAll('.cell_input')).filter(e => !e.closest('details:not([open])'));"
+        "return inputs.reduce((s, e) => s + e.getBoundingClientRect().height, 0) / main.getBoundingClientRect().height;")
+    text = browser.execute_script("return document.querySelector('main').innerText;")
+    code = browser.execute_script(
+        "return Array.from(document.querySelectorAll('main .cell_input')).map(e => e.innerText).join('\\n');")
+    for machinery in ("glue(", "NBVAL"):
+        assert machinery not in text, f"{entry}: {machinery!r} is visible on the page"
+    assert "tests/" not in code, f"{entry}: a code cell shows a comment about the test suite"
+    print(f"{entry}: visible code inputs are {share:.0%} of the page's height")
+    if entry not in KNOWN_CODE_HEAVY:
+        assert share <= CODE_SHARE, f"{entry}: code inputs are {share:.0%} of the page's height (at most {CODE_SHARE:.0%})"
+
+
+FIRST_LOAD_BYTES = 2_000_000
+# Pages over FIRST_LOAD_BYTES on this branch (none once the theme's Font Awesome script was dropped).
+KNOWN_HEAVY_PAGES = set()
+TEXT_TYPES = (".html", ".js", ".css", ".svg", ".json", ".txt", ".map")
+
+
+def wire_bytes(site, url, size):
+    """What a static host that compresses text (GitHub Pages, Netlify, nginx with gzip on) sends for ``url``:
+    the file gzipped if it is text, as it is otherwise (images and woff2 fonts are compressed already)."""
+    import gzip
+
+    path = urlparse(url).path
+    if not url.startswith(site):
+        return size
+    file = HTML / path.lstrip("/")
+    if path.endswith("/") or not file.is_file():
+        return size
+    data = file.read_bytes()
+    return len(gzip.compress(data, 6)) if file.suffix in TEXT_TYPES else len(data)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_first_visit_loads_under_two_megabytes(site, browser, entry):
+    """Everything a first visit loads (the page, styles, scripts, fonts, images), with an empty cache, as
+    a host that compresses text sends it; the uncompressed total is printed beside it."""
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.clearBrowserCache", {})
+    browser.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})
+    try:
+        browser.get(urljoin(site, f"{entry}.html"))
+        wait_for_math(browser)
+        browser.execute_script("return new Promise(r => setTimeout(r, 300));")
+        loaded = browser.execute_script(
+            "return performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'))"
+            ".map(r => [r.name, r.encodedBodySize || r.decodedBodySize || 0]);")
+    finally:
+        browser.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
+    raw = sum(size for _, size in loaded)
+    sent = sorted(((wire_bytes(site, url, size), url.split("/")[-1].split("?")[0]) for url, size in loaded),
+                  reverse=True)
+    total = sum(size for size, _ in sent)
+    print(f"{entry}: {total / 1e6:.2f} MB compressed, {raw / 1e6:.2f} MB as served by a plain server; "
+          f"largest: {sent[:4]}")
+    if entry in KNOWN_HEAVY_PAGES:
+        return
+    assert total <= FIRST_LOAD_BYTES, f"{entry}: a first visit loads {total / 1e6:.2f} MB; the largest: {sent[:4]}"

@@ -5,6 +5,8 @@ Loaded through `sphinx.local_extensions` in _config.yml. On each page it
 - drops the Thebe scripts (this course runs in Colab, Binder or locally, not in the page):
   Jupyter Book adds them twice, and the second `const THEBE_JS_URL` is a SyntaxError;
 - drops exact duplicates among the remaining scripts;
+- takes the theme's Font Awesome script out of every written page (the theme's CSS already draws the icons
+  with the Font Awesome webfont);
 - inserts, before RequireJS, a small script that
   * tells RequireJS where the widget manager's files are, so that its fonts load from
     _static/offline/html-manager instead of a path relative to the page;
@@ -17,6 +19,9 @@ on a first visit, where pydata-sphinx-theme would otherwise log "Got invalid the
 
 The files themselves are put in _static/offline by scripts/vendor_assets.py.
 """
+
+import re
+from pathlib import Path
 
 from sphinx.builders.html._assets import _JavaScript
 
@@ -49,20 +54,35 @@ THEME_MODE_JS = 'if (!document.documentElement.dataset.mode) { document.document
 # - sphinx-togglebutton names every solution toggle "Toggle hidden content" while it shows "Show the solution";
 # - pydata-sphinx-theme's search field shows "Search Ctrl+K" but is named "Search";
 # - its colour-mode button is named "Color mode" but its icons carry the titles "Light", "Dark", "System Settings"
-#   (Font Awesome turns them into <svg role="img"> with a <title>): the icons are decoration, hidden from readers;
+#   (Font Awesome turns them into <svg role="img"> with a <title>; 0.16 puts titles on <span>s): the icons are
+#   decoration, hidden from readers;
+# - pydata-sphinx-theme 0.16's primary sidebar is a <div>, so its content sits outside any landmark: it becomes
+#   a navigation landmark named "Chapters";
 # - sphinxcontrib-bibtex's list of references has role="list" without list items, so readers announce an empty
-#   list: the role is dropped (each entry keeps its role doc-biblioentry).
+#   list, and gives each entry the role doc-biblioentry, which ARIA 1.2 no longer allows: both roles are dropped;
+# - a display equation that scrolls inside its box (book/_static/course.css) must be reachable with the keyboard
+#   (axe: scrollable-region-focusable): only those get a tab stop, MathJax keeps formulas out of the tab order.
 # Toggles and icons are created by scripts on load, so the fixes run on load and whenever the page changes.
 A11Y_JS = """
 (function () {
   function fix() {
     document.querySelectorAll('[aria-label="Toggle hidden content"], .search-button-field[aria-label]')
       .forEach(function (e) { e.removeAttribute("aria-label"); });
-    document.querySelectorAll(".theme-switch-button i, .theme-switch-button svg").forEach(function (e) {
+    document.querySelectorAll(".theme-switch-button i, .theme-switch-button svg, .theme-switch-button span")
+      .forEach(function (e) {
       e.setAttribute("aria-hidden", "true"); e.removeAttribute("title"); e.removeAttribute("role");
       e.removeAttribute("aria-labelledby");
     });
-    document.querySelectorAll('.citation-list[role="list"]').forEach(function (e) { e.removeAttribute("role"); });
+    document.querySelectorAll('.citation-list[role="list"], .citation[role="doc-biblioentry"]')
+      .forEach(function (e) { e.removeAttribute("role"); });
+    document.querySelectorAll(".theme-switch-button svg title").forEach(function (e) { e.remove(); });
+    // a display equation wider than its column scrolls inside its box (course.css): a keyboard user can reach it
+    document.querySelectorAll('mjx-container[display="true"]').forEach(function (e) {
+      if (e.scrollWidth > e.clientWidth + 1) { e.setAttribute("tabindex", "0"); } else { e.removeAttribute("tabindex"); }
+    });
+    document.querySelectorAll(".bd-sidebar-primary:not([role])").forEach(function (e) {
+      e.setAttribute("role", "navigation"); e.setAttribute("aria-label", "Chapters");
+    });
   }
   document.addEventListener("DOMContentLoaded", function () {
     fix();
@@ -70,9 +90,30 @@ A11Y_JS = """
       if (changes.some(function (c) { return c.addedNodes.length || c.attributeName === "aria-label"; })) { fix(); }
     }).observe(document.body, {childList: true, subtree: true, attributes: true, attributeFilter: ["aria-label"]});
   });
-  window.addEventListener("load", fix);
+  window.addEventListener("load", function () {
+    fix();
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) { MathJax.startup.promise.then(fix); }
+  });
+  window.addEventListener("resize", fix);
 })();
 """
+
+
+# pydata-sphinx-theme loads Font Awesome twice: as a webfont through its CSS, which draws every icon the pages
+# show (<i class="fa-solid fa-sun">), and as a 1.5 MB script that replaces those icons with inline SVG. The
+# script (written into every page by the theme's template, not through Sphinx's list of scripts) is taken out
+# of the pages once they are written: the icons look the same and a first visit loads 1.5 MB less.
+FONTAWESOME_TAG = re.compile(r'<script src="[^"]*_static/scripts/fontawesome\.js(\?[^"]*)?"></script>\s*')
+
+
+def drop_fontawesome_script(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        lean = FONTAWESOME_TAG.sub("", text)
+        if lean != text:
+            page.write_text(lean, encoding="utf-8")
 
 
 def _body(script):
@@ -103,4 +144,5 @@ def setup(app):
     app.add_js_file(None, body=THEME_MODE_JS, priority=100)
     app.add_js_file(None, body=A11Y_JS, priority=100)
     app.connect("html-page-context", clean_scripts, priority=900)
+    app.connect("build-finished", drop_fontawesome_script)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
