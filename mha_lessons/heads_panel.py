@@ -4,8 +4,9 @@ It is a ``panels.build_panel`` panel (every state precomputed, works on the webs
 A real model has 72 heads per sentence, so a frame per state drawn by matplotlib would take
 seconds; instead matplotlib draws each sentence's labelled, empty heat map once (through
 ``plotting.heatmap``, the course's style, with its colour bar), and each head's weights are
-coloured with the same colour map and written into the image's pixels. The frames are the same
-pictures ``plotting.heatmap`` draws, at the cost of an array copy each.
+coloured with the same colour map and written into the image's pixels. The frames are the
+pictures ``plotting.heatmap`` would draw, up to the palette of ``panels.FRAME_COLORS`` colours
+every frame is stored with, at the cost of an array copy each.
 
 matplotlib and Pillow are imported here; the package imports this module only when a chapter uses it.
 """

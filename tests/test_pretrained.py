@@ -241,6 +241,18 @@ def test_removed_heads_match_bert_with_those_heads_zeroed(model32, bert, removed
     assert np.abs(out.hidden[first + 1] - full.hidden[first + 1]).max() > 100 * HIDDEN_ATOL_32
 
 
+def test_single_head_ablations_equal_full_runs_without_that_head():
+    """The shortcut (start at layer l's stored input) must give exactly what a full run without the head gives."""
+    model = P.load_minilm()  # float64: the two routes do the same sums in the same order
+    texts = TEXTS[:3]
+    fast = P.single_head_ablations(texts, model=model)  # (L, h, N, d_model)
+    assert fast.shape == (6, 12, len(texts), 384)
+    for layer, head in [(0, 0), (2, 7), (5, 11)]:
+        full = P.embed(texts, model=model, removed=[(layer, head)])
+        np.testing.assert_allclose(fast[layer, head], full, rtol=0, atol=1e-13)
+    assert np.abs(fast[5, 11] - P.embed(texts, model=model)).max() > 1e-4  # the removal does change the embedding
+
+
 def test_without_heads_zeroes_exactly_that_heads_rows(model32):
     params = model32.layers[1].attention
     cut = P.without_heads(params, [2])
