@@ -74,8 +74,8 @@ def test_colab_install_cell_is_first_and_identical(path):
         installs = re.findall(r'"pip", "install", "-q", ((?:"[^"]+"(?:, )?)+)\]', extra)
         assert [re.findall(r'"([^"]+)"', i) for i in installs] == [COLAB_EXTRAS[path.name]], (
             f"{path.name}: the Colab cell's added lines install {installs}, not {COLAB_EXTRAS[path.name]}")
-        assert all(line.startswith("    ") or not line.strip() for line in extra.splitlines()), (
-            f"{path.name}: the added lines are not inside the `if` block")
+        assert all(line.startswith(("    ", "if find_spec(")) or not line.strip() for line in extra.splitlines()), (
+            f"{path.name}: the added lines are not inside an `if find_spec(...) is None:` block")
         source = reference
     assert source == reference, f"{path.name}: the Colab cell differs from {NOTEBOOKS[0].name}'s"
     assert load(path)["cells"][0]["source"] == first["source"], f"{path.name}: the install cell is not the first cell"
