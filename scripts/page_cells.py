@@ -46,6 +46,10 @@ HIDING_TAGS = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 
 # Short captions that say what to see, for figure cells whose alt text does not start with one.
 CAPTIONS = {
+    "alpha-beta-fit": "Time of one all-reduce between two processes against its size, with the fitted latency-bandwidth model.",
+    "induction-train": "Training the two-layer model: the loss on the repeated half falls as the two heads form.",
+    "all-heads-grid": "All 72 heads of the model on one sentence, one heat map per layer and head.",
+    "coreference-figure": "How much each head moves the weight of 'it' from 'street' to 'animal' between the two sentences.",
     "sinusoidal-positions-figure": "Sinusoidal position vectors: each pair of features turns more slowly than the last.",
     "85b04ffc": "The attention weights of four heads of width d_k = 16 over the same six tokens.",
     "09174c2c": "Measured time per forward pass against n, this package's layer and PyTorch's.",
