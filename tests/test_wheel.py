@@ -43,6 +43,8 @@ CHAPTERS = [ROOT / f"{line.split(':', 1)[1].strip()}.ipynb" for line in TOC.spli
 
 def run(*args, **kwargs):
     """Run a command; on failure, fail the test with its output instead of a bare CalledProcessError."""
+    # nothing of the repository on the path, whatever the caller's PYTHONPATH: Colab has only the wheel
+    kwargs.setdefault("env", {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     done = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kwargs)
     if done.returncode != 0:
         pytest.fail(f"{' '.join(map(str, args))} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
