@@ -7,6 +7,9 @@ runs only when the builder writes LaTeX.
   neither, and myst-nb would fall back to the output's plain text alone. In the PDF the panel prints as the
   figures of the state it shows first (its PNG frames, decoded from the HTML into files next to myst-nb's
   other output images) followed by that plain text, which names the state and its numbers.
+- A cell tagged ``hide-cell`` (an exercise's solution, a collapsed check) is folded on the website behind a
+  button; Jupyter Book's LaTeX transform would drop it from the PDF, figures included. The PDF prints it
+  (its first comment line says what it is); ``hide-input`` (plotting code) still prints only the output.
 - ``show_source`` outputs (IPython's ``Code``) carry a ``text/latex`` version written for nbconvert's
   preamble (``\\PY`` macros, an environment that cannot sit where myst-nb puts LaTeX output, in math): the
   PDF prints their plain text, the source as a code listing, instead.
@@ -55,12 +58,15 @@ def panel_frames(markup):
 
 
 class PrintableOutputs(SphinxPostTransform):
-    """Rewrite the mime bundles of panels and ``show_source`` before myst-nb picks one type per output."""
+    """Unfold hidden cells; rewrite the mime bundles of panels and ``show_source`` before myst-nb picks one type."""
 
     default_priority = 3  # myst-nb's SelectMimeType runs at 4
     formats = ("latex",)
 
     def run(self, **kwargs):
+        for cell in self.document.findall(nodes.container):
+            if "tag_hide-cell" in cell["classes"]:  # sphinx-jupyterbook-latex's transform (priority 400) drops these
+                cell["classes"].remove("tag_hide-cell")
         folder = Path(self.app.outdir).parent / "jupyter_execute" / "pdf-panel-frames"
         for bundle in _bundles(self.document):
             latex = _child(bundle, "text/latex")
