@@ -10,6 +10,9 @@ runs only when the builder writes LaTeX.
 - A cell tagged ``hide-cell`` (an exercise's solution, a collapsed check) is folded on the website behind a
   button; Jupyter Book's LaTeX transform would drop it from the PDF, figures included. The PDF prints it
   (its first comment line says what it is); ``hide-input`` (plotting code) still prints only the output.
+- A table of more than 30 rows becomes a LaTeX longtable, whose columns Sphinx sets to the width of their
+  longest line unless the table gives widths: the notation page's tables ran 500 pt off the page. Such a
+  table gets widths in proportion to the mean length of its columns' text, so that its cells wrap.
 - ``show_source`` outputs (IPython's ``Code``) carry a ``text/latex`` version written for nbconvert's
   preamble (``\\PY`` macros, an environment that cannot sit where myst-nb puts LaTeX output, in math): the
   PDF prints their plain text, the source as a code listing, instead.
@@ -57,6 +60,33 @@ def panel_frames(markup):
     return frames
 
 
+def column_widths(table, least=6):
+    """Widths for a table's columns: the mean length of their cells' text, but no less than their longest
+    word (code names do not break; monospaced, they count 1.4 times their letters) nor than ``least``.
+
+    >>> def row(*cells):
+    ...     return nodes.row("", *[nodes.entry("", nodes.paragraph(text=text)) for text in cells])
+    >>> table = nodes.table("", nodes.tgroup("", nodes.colspec(), nodes.colspec(), nodes.colspec(), nodes.tbody(
+    ...     "", row("x", "a long meaning " * 4, "mask"), row("yy", "short", "padding_mask"))))
+    >>> column_widths(table)
+    [6, 32, 12]
+    >>> table[0][-1][-1][-1][0] = nodes.paragraph("", "", nodes.literal(text="padding_mask"))
+    >>> column_widths(table)
+    [6, 32, 17]
+    """
+    count = sum(1 for _ in table.findall(nodes.colspec))
+    lengths, words = [[] for _ in range(count)], [0] * count
+    for row in table.findall(nodes.row):
+        for index, entry in enumerate(row.children[:count]):
+            text = entry.astext()
+            lengths[index].append(len(text))
+            code = " ".join(literal.astext() for literal in entry.findall(nodes.literal))
+            words[index] = max([words[index]] + [len(word) for word in text.split()]
+                               + [round(1.4 * len(word)) for word in code.split()])  # monospace letters are wider
+    return [max(least, word, round(sum(column) / len(column)) if column else 0)
+            for column, word in zip(lengths, words)]
+
+
 class PrintableOutputs(SphinxPostTransform):
     """Unfold hidden cells; rewrite the mime bundles of panels and ``show_source`` before myst-nb picks one type."""
 
@@ -67,6 +97,14 @@ class PrintableOutputs(SphinxPostTransform):
         for cell in self.document.findall(nodes.container):
             if "tag_hide-cell" in cell["classes"]:  # sphinx-jupyterbook-latex's transform (priority 400) drops these
                 cell["classes"].remove("tag_hide-cell")
+        for table in self.document.findall(nodes.table):
+            tgroup = next(table.findall(nodes.tgroup), None)
+            if tgroup is None or "colwidths-given" in table["classes"]:
+                continue
+            if sum(1 for _ in tgroup.findall(nodes.row)) > 30:  # Sphinx's test for a longtable
+                for colspec, width in zip(tgroup.findall(nodes.colspec), column_widths(table)):
+                    colspec["colwidth"] = width
+                table["classes"].append("colwidths-given")
         folder = Path(self.app.outdir).parent / "jupyter_execute" / "pdf-panel-frames"
         for bundle in _bundles(self.document):
             latex = _child(bundle, "text/latex")
