@@ -7,6 +7,7 @@
 #   make execute  re-run every notebook in place after changing the code, storing the new outputs
 #   make bench    run the benchmarks under benchmarks/, writing tables to mha_lessons/results/
 #   make lab      JupyterLab (installed in .venv) on the reader notebooks, reader/book/, with live sliders
+#   make pdf      the book as one PDF, _build/latex/mha_lessons.pdf (XeLaTeX from Debian's TeX Live; not in make test)
 
 PYTHON ?= python3
 VENV := .venv
@@ -18,7 +19,7 @@ NOTEBOOKS := $(wildcard book/*.ipynb)
 TORCH_INDEX ?=
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 
-.PHONY: venv book test portability execute bench clean lab
+.PHONY: venv book test portability execute bench clean lab pdf
 
 $(STAMP): requirements.txt requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,3 +62,21 @@ bench: $(STAMP)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=reader/book
+
+# The PDF: Jupyter Book's LaTeX builder, then latexmk with XeLaTeX (Sphinx's Makefile in _build/latex), offline.
+# It installs no system package; the check below names the Debian ones when a tool or font is missing.
+PDF_DEBS := texlive-xetex texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended lmodern \
+	fonts-freefont-otf fonts-dejavu-core latexmk
+pdf: $(BOOK_STAMP)
+	@missing=""; \
+	for tool in xelatex latexmk fc-list; do command -v $$tool >/dev/null 2>&1 || missing="$$missing [$$tool]"; done; \
+	for font in FreeSerif FreeMono "DejaVu Sans"; do \
+		fc-list 2>/dev/null | grep -q "$$font" || missing="$$missing [font $$font]"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "make pdf needs XeLaTeX, latexmk and fonts that are missing:$$missing. On Debian or Ubuntu:"; \
+		echo "  sudo apt-get install -y --no-install-recommends $(PDF_DEBS)"; \
+		exit 1; \
+	fi
+	LATEXOPTS="-interaction=nonstopmode -halt-on-error" $(BIN)/jupyter-book build . --builder pdflatex
+	@test -s _build/latex/mha_lessons.pdf
+	@echo "The PDF: $(CURDIR)/_build/latex/mha_lessons.pdf"
