@@ -115,7 +115,8 @@ def fit_to_column(fig):
 
     Text drawn smaller than MIN_FONT_PT is raised to it. A figure wider than the column is made as wide as the
     column: a strip of three or more panels side by side (one row of a grid, no colour bars) is split into two
-    rows of panels of the same shape; any other wide figure is narrowed, its layout made again. Fonts keep
+    rows of panels of the same shape; any other wide figure of panels is narrowed, its layout made again (a
+    drawing laid out in inches on a free axes, as ``diagram.draw_layer`` makes, is left as it is). Fonts keep
     their size, so that, shown in the column, the text is at least MIN_FONT_PT. Figures are displayed in a
     notebook through this function (``use_course_style``); a chapter may call it before ``plt.show()`` too.
 
@@ -167,8 +168,10 @@ def fit_to_column(fig):
             ax.set_subplotspec(rows[spec.colspan.start // columns, spec.colspan.start % columns])
         panel_height = height * (COLUMN_INCHES / columns) / (width / n)
         fig.set_size_inches(COLUMN_INCHES, min(2 * panel_height, 2.2 * height))
+    elif any(spec is None and not ax.axison for ax, spec in zip(fig.axes, specs)):
+        return fig  # a drawing laid out in inches on one free axes (diagram.py): it is drawn for its size
     else:
-        fig.set_size_inches(COLUMN_INCHES, height * min(1.5, math.sqrt(width / COLUMN_INCHES)))
+        fig.set_size_inches(COLUMN_INCHES, height)
     if fig.get_layout_engine() is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
