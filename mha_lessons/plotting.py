@@ -172,7 +172,9 @@ def fit_to_column(fig):
         return fig  # a drawing laid out in inches on one free axes (diagram.py): it is drawn for its size
     else:
         fig.set_size_inches(COLUMN_INCHES, height)
-    if fig.get_layout_engine() is None:
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):  # constrained layout redoes itself
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fig.tight_layout()
