@@ -172,6 +172,12 @@ def fit_to_column(fig):
         return fig  # a drawing laid out in inches on one free axes (diagram.py): it is drawn for its size
     else:
         fig.set_size_inches(COLUMN_INCHES, height)
+        for ax in fig.axes:  # a long legend inside a narrowed panel would cover its curves: put it below
+            legend = ax.get_legend()
+            if legend is not None and len(legend.get_texts()) >= 4 and legend.get_bbox_to_anchor() == ax.bbox:
+                fig.set_size_inches(COLUMN_INCHES, max(fig.get_figheight(), height + 0.22 * len(legend.get_texts())))
+                ax.legend(legend.legend_handles, [t.get_text() for t in legend.get_texts()],
+                          loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
     from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):  # constrained layout redoes itself
