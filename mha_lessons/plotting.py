@@ -98,9 +98,99 @@ def smallest_font_pt(fig):
     return float(min(sizes)) if sizes else None
 
 
+def _figure_texts(fig):
+    texts = list(fig.texts)
+    for ax in fig.axes:
+        texts += list(ax.texts) + [ax.title, ax._left_title, ax._right_title]
+        for axis in (ax.xaxis, ax.yaxis):
+            texts += [axis.label, axis.offsetText] + axis.get_ticklabels(which="both")
+        legend = ax.get_legend()
+        if legend is not None:
+            texts += list(legend.get_texts()) + [legend.get_title()]
+    return texts
+
+
+def fit_to_column(fig):
+    """Redraw ``fig`` for the text column: no text below MIN_FONT_PT, no wider than COLUMN_INCHES.
+
+    Text drawn smaller than MIN_FONT_PT is raised to it. A figure wider than the column is made as wide as the
+    column: a strip of three or more panels side by side (one row of a grid, no colour bars) is split into two
+    rows of panels of the same shape; any other wide figure of panels is narrowed, its layout made again (a
+    drawing laid out in inches on a free axes, as ``diagram.draw_layer`` makes, is left as it is). Fonts keep
+    their size, so that, shown in the column, the text is at least MIN_FONT_PT. Figures are displayed in a
+    notebook through this function (``use_course_style``); a chapter may call it before ``plt.show()`` too.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        ``fig``, changed in place.
+
+    Examples
+    --------
+    >>> fig, axes = plt.subplots(1, 4, figsize=(12, 3))
+    >>> _ = axes[0].set_title("small", fontsize=7)
+    >>> _ = fit_to_column(fig)
+    >>> smallest_font_pt(fig) >= MIN_FONT_PT, round(float(fig.get_figwidth()), 2)
+    (True, 6.6)
+    >>> sorted({ax.get_subplotspec().get_gridspec().get_geometry() for ax in axes})
+    [(2, 2)]
+    >>> plt.close(fig)
+    """
+    import math
+    import warnings
+
+    for text in _figure_texts(fig):
+        if text.get_fontsize() < MIN_FONT_PT:
+            text.set_fontsize(MIN_FONT_PT)
+    for ax in fig.axes:
+        for axis, name in ((ax.xaxis, "x"), (ax.yaxis, "y")):
+            labels = axis.get_ticklabels(which="both")
+            if labels and min(t.get_fontsize() for t in labels) < MIN_FONT_PT:
+                ax.tick_params(axis=name, which="both", labelsize=MIN_FONT_PT)
+    width, height = fig.get_size_inches()
+    if width <= COLUMN_INCHES * 1.02:
+        return fig
+    specs = [ax.get_subplotspec() for ax in fig.axes]
+    grids = {id(spec.get_gridspec()) if spec is not None else None for spec in specs}
+    grid = specs[0].get_gridspec() if specs and specs[0] is not None else None
+    n = len(fig.axes)
+    if (n >= 3 and len(grids) == 1 and grid is not None and grid.get_geometry() == (1, n)
+            and sorted(spec.colspan.start for spec in specs) == list(range(n))):
+        from matplotlib.gridspec import GridSpec
+
+        columns = math.ceil(n / 2)
+        rows = GridSpec(2, columns, figure=fig)
+        for ax, spec in zip(fig.axes, specs):
+            ax.set_subplotspec(rows[spec.colspan.start // columns, spec.colspan.start % columns])
+        panel_height = height * (COLUMN_INCHES / columns) / (width / n)
+        fig.set_size_inches(COLUMN_INCHES, min(2 * panel_height, 2.2 * height))
+    elif any(spec is None and not ax.axison for ax, spec in zip(fig.axes, specs)):
+        return fig  # a drawing laid out in inches on one free axes (diagram.py): it is drawn for its size
+    else:
+        fig.set_size_inches(COLUMN_INCHES, height)
+        for ax in fig.axes:  # a long legend inside a narrowed panel would cover its curves: put it below
+            legend = ax.get_legend()
+            if legend is not None and len(legend.get_texts()) >= 4 and legend.get_bbox_to_anchor() == ax.bbox:
+                fig.set_size_inches(COLUMN_INCHES, max(fig.get_figheight(), height + 0.22 * len(legend.get_texts())))
+                ax.legend(legend.legend_handles, [t.get_text() for t in legend.get_texts()],
+                          loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):  # constrained layout redoes itself
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fig.tight_layout()
+    return fig
+
+
 def _retina_png(fig):
     from IPython.core.pylabtools import retina_figure
 
+    fit_to_column(fig)
     result = retina_figure(fig, base64=True, bbox_inches="tight")
     if result is None:
         return None
