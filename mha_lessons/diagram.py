@@ -229,8 +229,8 @@ def draw_layer(d_model, num_heads, *, d_k=None, d_v=None, batch=None, n=None, m=
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=1,
                     arrowprops={"arrowstyle": "-|>", "color": color, "linewidth": 1.4, "shrinkA": 0, "shrinkB": 0})
         if y0 == y1:  # a long label (a batch axis, big sizes) is set smaller so that it stays within its arrow
-            ax.text((x0 + x1) / 2, y0 + 0.07, label, ha="center", va="bottom", fontsize=_label_size(label, x1 - x0 - 0.1),
-                    linespacing=1.15)
+            ax.text((x0 + x1) / 2, y0 + 0.07, label, ha="center", va="bottom",
+                    fontsize=_label_size(label, x1 - x0 - 0.1), linespacing=1.15)
         else:
             ax.text(x0 + 0.08, (y0 + y1) / 2, label, ha="left", va="center", fontsize=_label_size(label, room),
                     linespacing=1.15)
