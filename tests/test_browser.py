@@ -435,7 +435,7 @@ def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, 
 LEGIBLE_PX = 12.0
 # Figures whose smallest text shows below LEGIBLE_PX at 1280 px, as (page, cell id), each with its reason.
 # mha_lessons.plotting.fit_to_column redraws every other figure for the column when a notebook displays it.
-KNOWN_SMALL_FIGURES = {}
+KNOWN_SMALL_FIGURES = set()
 
 
 def figure_metadata(entry):
