@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from ._checks import check_num_heads, require_positive_int
 
-# The size, in inches, that the layout is made for: the width of the text column (plotting.COLUMN_INCHES), so
-# that the figure is shown at the size it is drawn; an axes of about this size keeps every label apart.
-FIGSIZE = (6.6, 5.3)
+# The size, in inches, that the layout is made for; an axes of about this size keeps every label apart. With the
+# 0.1-inch margin that a notebook saves figures with, it is as wide as the text column (plotting.COLUMN_INCHES,
+# 6.6 inches), so that it is shown at the size it is drawn.
+FIGSIZE = (6.4, 5.3)
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,11 @@ class LayerDiagram:
         return [a.label for a in self.arrows]
 
 
-# Layout, in inches of a FIGSIZE figure, for the 6.6-inch text column: the three lanes (queries, keys, values)
+# Layout, in inches of a FIGSIZE figure, for the text column: the three lanes (queries, keys, values)
 # run down side by side through steps 1-3 (project, split, attend), each arrow's label beside it; steps 4 and 5
 # (concatenate, W_O) run across a last row, each arrow's label above it. Every text is at least 9.5 points.
-_LANE_X0, _LANE_W = 0.85, 1.9  # left edge of the first lane (the step names are left of it) and a lane's width
+_LANE_X0 = 0.85  # left edge of the first lane (the step names are left of it)
+_LANE_W = (FIGSIZE[0] - _LANE_X0 - 0.05) / 3  # a lane's width
 _BOX_W, _BOX_H = 0.6, 0.42
 _GAP = 0.46  # between two rows of boxes: room for a two-line label beside the arrow
 _LABEL_SIZE = 10.0
@@ -166,7 +168,7 @@ def draw_layer(d_model, num_heads, *, d_k=None, d_v=None, batch=None, n=None, m=
     h heads, the h attentions run side by side, their outputs are concatenated and
     mixed by W_O. Each arrow carries the array's axes by name and by size (from
     ``layer_arrows``); beside each matrix its shape is written, as used in ``x @ w``.
-    The drawing is laid out for the text column (``FIGSIZE``, 6.6 inches wide):
+    The drawing is laid out for the text column (``FIGSIZE``, 6.4 inches wide):
     queries, keys and values run down side by side, the last two steps across.
 
     Parameters
