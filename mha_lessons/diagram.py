@@ -17,7 +17,7 @@ from ._checks import check_num_heads, require_positive_int
 # The size, in inches, that the layout is made for; an axes of about this size keeps every label apart. With the
 # 0.1-inch margin that a notebook saves figures with, it is as wide as the text column (plotting.COLUMN_INCHES,
 # 6.6 inches), so that it is shown at the size it is drawn.
-FIGSIZE = (6.4, 5.3)
+FIGSIZE = (6.4, 5.5)
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class LayerDiagram:
 _LANE_X0 = 0.85  # left edge of the first lane (the step names are left of it)
 _LANE_W = (FIGSIZE[0] - _LANE_X0 - 0.05) / 3  # a lane's width
 _BOX_W, _BOX_H = 0.6, 0.42
-_GAP = 0.46  # between two rows of boxes: room for a two-line label beside the arrow
+_GAP = 0.48  # between two rows of boxes: room for a two-line label beside the arrow
 _LABEL_SIZE = 10.0
 _TEXT_SIZE = 9.5  # the smallest text drawn for sizes the course uses (mha_lessons.plotting.MIN_FONT_PT)
 _CHAR_WIDTH = 0.64  # width of a digit in DejaVu Sans, in ems (no wider than the labels' letters)
@@ -151,7 +151,7 @@ _NARROW, _NARROW_WIDTH = " ,()·", 0.4  # and of the narrow characters (space, c
 _MAX_CARDS = 8  # one card per head, at most this many drawn
 _STEP = 0.03  # offset between the cards of the attention stack
 _CARD_H = 0.8  # height of the front card
-_OUT_GAP = 0.75  # from the stack down to the last row: the label beside that arrow clears the labels above its row
+_OUT_GAP = 0.85  # from the stack down to the last row: the label beside that arrow clears the labels above its row
 _OUT_ARROW = 1.08  # length of the last row's arrows: a label of about 11 characters above each
 
 
@@ -232,10 +232,10 @@ def draw_layer(d_model, num_heads, *, d_k=None, d_v=None, batch=None, n=None, m=
                     arrowprops={"arrowstyle": "-|>", "color": color, "linewidth": 1.4, "shrinkA": 0, "shrinkB": 0})
         if y0 == y1:  # a long label (a batch axis, big sizes) is set smaller so that it stays within its arrow
             ax.text((x0 + x1) / 2, y0 + 0.07, label, ha="center", va="bottom",
-                    fontsize=_label_size(label, x1 - x0 - 0.1), linespacing=1.15)
+                    fontsize=_label_size(label, x1 - x0 - 0.1), linespacing=1.3)
         else:
             ax.text(x0 + 0.08, (y0 + y1) / 2, label, ha="left", va="center", fontsize=_label_size(label, room),
-                    linespacing=1.15)
+                    linespacing=1.3)
 
     def caption(x, y, text, ha="left"):  # the step of the chapter's table that a row performs
         ax.text(x, y, text, ha=ha, va="center", fontsize=_TEXT_SIZE, color="#555555", style="italic")
