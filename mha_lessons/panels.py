@@ -36,6 +36,7 @@ import html
 import io
 import itertools
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -377,8 +378,10 @@ def multihead_state(num_heads, d_model, *, n=6, seed=0, layer=True):
     frames = [png]
     if layer:
         def draw(fig):
-            return diagram.draw_layer(d_model, num_heads, n=n, ax=fig.add_subplot())
-        layer_png, drawing = figure_png(draw, figsize=diagram.FIGSIZE, dpi=60)
+            return diagram.draw_layer(d_model, num_heads, n=n, ax=fig.add_axes((0, 0, 1, 1)))  # laid out in inches
+        # the dots per inch that make the frame FRAME_MIN_WIDTH px wide, the narrowest it is shown at
+        layer_dpi = math.ceil(FRAME_MIN_WIDTH / diagram.FIGSIZE[0])
+        layer_png, drawing = figure_png(draw, figsize=diagram.FIGSIZE, dpi=layer_dpi)
         frames.append(layer_png)
         alts.append(f"Diagram of the layer for d_model = {d_model}, h = {num_heads}, n = {n}: X goes through "
                     f"W_Q, W_K and W_V (each {drawing.matrices['W_Q'][0]} by {drawing.matrices['W_Q'][1]}), is split "

@@ -435,11 +435,7 @@ def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, 
 LEGIBLE_PX = 12.0
 # Figures whose smallest text shows below LEGIBLE_PX at 1280 px, as (page, cell id), each with its reason.
 # mha_lessons.plotting.fit_to_column redraws every other figure for the column when a notebook displays it.
-KNOWN_SMALL_FIGURES = {
-    # diagram.draw_layer lays the whole layer out on one row, 13.3 inches wide (fit_to_column leaves such an
-    # inch-based drawing alone): it needs a two-row layout of its own, with tests/test_diagram.py's checks.
-    ("book/03_multi_head_attention", "layer-diagram"),
-}
+KNOWN_SMALL_FIGURES = set()
 
 
 def figure_metadata(entry):
