@@ -38,15 +38,19 @@ def require_gloo(dist):
                            "False); run_distributed needs gloo to all-reduce between CPU processes")
 
 
+def _output_to_log(log_path):
+    """Send this worker process's own output (a warning of gloo's, say) to a log file, not into the notebook or
+    terminal that started it; the parent quotes the log if something fails."""
+    with open(log_path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+
+
 def worker_process(rank, num_workers, store_path, problem, timeout, queue, log_path):
     """One process of ``run_distributed``: join the group, compute a partial output, all-reduce it, report."""
     import traceback
 
-    # this process's own output (a warning of gloo's, say) goes to a log file, not into the notebook or
-    # terminal that started it; the parent quotes the log if something fails
-    with open(log_path, "w") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+    _output_to_log(log_path)
     try:
         import torch
 
@@ -172,9 +176,7 @@ def timing_process(rank, num_workers, store_path, sizes, repeats, timeout, queue
     import time
     import traceback
 
-    with open(log_path, "w") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+    _output_to_log(log_path)
     try:
         import torch
 
@@ -294,9 +296,7 @@ def ring_attention_process(rank, num_workers, store_path, problem, timeout, queu
     """One process of ``run_ring_attention``: hold one block of positions, pass key/value blocks around the ring."""
     import traceback
 
-    with open(log_path, "w") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+    _output_to_log(log_path)
     try:
         import torch
 
