@@ -23,6 +23,7 @@ What it does to each code cell (the first cell, the install cell, is left alone)
 5. A cell that draws a figure (``plt.show()``) is collapsed (``hide-input``) unless already hidden or removed.
 6. A figure cell gets a numbered caption (``mystnb.figure.caption``): the one in CAPTIONS for its cell id,
    else the first clause of its alt text; the script never replaces a caption already there.
+7. A cell that only calls ``show_source(...)`` shows its listing without the call (``remove-input``).
 
 It reports cells it could not split and visible listing lines longer than LISTING_WIDTH characters.
 nbval compares outputs cell by cell in order, so cell ids stay unchanged (tests/test_notebooks_hygiene.py's
@@ -245,6 +246,16 @@ def split_glue(cell, notes, where):
     return new
 
 
+def only_shows_source(cell):
+    """True for a cell whose every statement is a ``show_source(...)`` call: its output is the listing."""
+    tree = parse(source(cell))
+    nodes = tree.body if tree is not None else []
+    return bool(nodes) and all(
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+        and getattr(node.value.func, "id", getattr(node.value.func, "attr", None)) == "show_source"
+        for node in nodes)
+
+
 def draws_figure(cell):
     return bool(re.search(r"^\s*plt\.show\(\)", source(cell), flags=re.MULTILINE)) or any(
         "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {}) for o in cell.get("outputs", []))
@@ -292,6 +303,8 @@ def process(nb, name, notes):
         if isinstance(new, dict):
             out.append(new)
         tags = tag_set(cell)
+        if only_shows_source(cell) and not tags & HIDING_TAGS:
+            add_tags(cell, "remove-input")  # the listing it prints is the lesson; the call is not
         if draws_figure(cell):
             if not tags & HIDING_TAGS:
                 add_tags(cell, "hide-input")
