@@ -316,6 +316,9 @@ def reader_notebooks():
             cell = json.loads(json.dumps(cell))
             if cell["cell_type"] == "markdown":
                 cell["source"] = split_source(chapter.markdown("".join(cell["source"])))
+            elif set(cell["metadata"].get("tags", [])) & {"remove-input", "remove-cell"}:
+                # the install cell and the cells that only record values for the website: collapsed in Jupyter
+                cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
             elif is_panel_cell(cell):
                 cells.append({"cell_type": "markdown", "id": f"{cell.get('id', 'panel')}-note", "metadata": {},
                               "source": [PANEL_NOTE]})

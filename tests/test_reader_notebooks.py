@@ -67,6 +67,13 @@ def test_same_code_cells_and_outputs_and_the_same_markdown_cells_in_order(path):
     for a, b in zip(book["cells"], kept):
         assert (a["cell_type"], a.get("id")) == (b["cell_type"], b.get("id"))
         if a["cell_type"] == "code":
+            hidden = bool(set(a["metadata"].get("tags", [])) & {"remove-input", "remove-cell"})
+            assert b["metadata"].get("jupyter", {}).get("source_hidden", False) == hidden, (
+                f"{path.name}: cell {a.get('id')}: its code should be collapsed in Jupyter exactly when the site hides it")
+            b = json.loads(json.dumps(b))
+            b["metadata"].get("jupyter", {}).pop("source_hidden", None)
+            if b["metadata"].get("jupyter") == {}:
+                b["metadata"].pop("jupyter")
             assert a == b  # source, outputs, tags: untouched
     assert "**Run this chapter:**" in markdown(read)[0] and f"`book/{path.name}`" in markdown(read)[0]
     assert "rocket" not in markdown(read)[0]  # the website's buttons are not in a notebook
