@@ -297,12 +297,12 @@ def sdpa_shapes(n, m, d_k, d_v, *, ax=None, unit=0.5):
     top = max(n, d_k, m) * u
     # Blocks are drawn hanging from a common top line; height is the number of rows.
     items = [
-        ("Q", d_k, n, "q", f"n × d_k = {n} × {d_k}"), ("·", None, None, None, None),
-        ("Kᵀ", m, d_k, "k", f"d_k × m = {d_k} × {m}"), ("→", None, None, None, None),
-        ("S", m, n, "s", f"n × m = {n} × {m}"), ("softmax\n→", None, None, None, None),
-        ("A", m, n, "s", f"n × m = {n} × {m}"), ("·", None, None, None, None),
-        ("V", d_v, m, "v", f"m × d_v = {m} × {d_v}"), ("→", None, None, None, None),
-        ("out", d_v, n, "o", f"n × d_v = {n} × {d_v}"),
+        ("Q", d_k, n, "q", f"n × d_k\n{n} × {d_k}"), ("·", None, None, None, None),
+        ("Kᵀ", m, d_k, "k", f"d_k × m\n{d_k} × {m}"), ("→", None, None, None, None),
+        ("S", m, n, "s", f"n × m\n{n} × {m}"), ("softmax\n→", None, None, None, None),
+        ("A", m, n, "s", f"n × m\n{n} × {m}"), ("·", None, None, None, None),
+        ("V", d_v, m, "v", f"m × d_v\n{m} × {d_v}"), ("→", None, None, None, None),
+        ("out", d_v, n, "o", f"n × d_v\n{n} × {d_v}"),
     ]
     for label, cols, rows, color, dims in items:
         if cols is None:
@@ -313,7 +313,7 @@ def sdpa_shapes(n, m, d_k, d_v, *, ax=None, unit=0.5):
         _block(ax, x, top - rows * u, cols * u, rows * u, SHAPE_COLORS[color], label, dims)
         x += cols * u + 0.2
     ax.set_xlim(-0.3, x + 0.3)
-    ax.set_ylim(-1.2, top + 0.3)
+    ax.set_ylim(-2.0, top + 0.3)  # room for the two-line shapes under the lowest block
     ax.set_aspect("equal")
     ax.axis("off")
     return ax
