@@ -5,18 +5,30 @@ the shapes or numbers involved, so that a learner never has to decode a numpy
 broadcasting traceback from deep inside the package.
 """
 
+import sys
+
 import numpy as np
 
 
+def is_bfloat16(dtype):
+    """True for ``ml_dtypes.bfloat16``, the bfloat16 numpy lacks; ml_dtypes is never imported here.
+
+    An array can only hold bfloat16 numbers once its maker has imported ml_dtypes, so the package asks
+    ``sys.modules`` instead of importing it: the package still needs only numpy.
+    """
+    ml_dtypes = sys.modules.get("ml_dtypes")
+    return ml_dtypes is not None and np.dtype(dtype) == ml_dtypes.bfloat16
+
+
 def as_float_array(x, name):
-    """Return ``x`` as a floating-point array, keeping float16/32/64 as they are.
+    """Return ``x`` as a floating-point array, keeping float16/32/64 and bfloat16 as they are.
 
     Integer and boolean input is converted to float64 (documented behaviour of
     every public function); anything else (strings, objects, complex numbers)
-    is rejected.
+    is rejected. bfloat16 is ``ml_dtypes.bfloat16`` (the type JAX and TensorFlow give numpy).
     """
     arr = np.asarray(x)
-    if np.issubdtype(arr.dtype, np.floating):
+    if np.issubdtype(arr.dtype, np.floating) or is_bfloat16(arr.dtype):
         return arr
     if np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
         return arr.astype(np.float64)
@@ -24,11 +36,12 @@ def as_float_array(x, name):
 
 
 def working_dtype(dtype):
-    """The floating type the arithmetic runs in: float32 for float16 input, the type itself otherwise.
+    """The floating type the arithmetic runs in: float32 for float16 and bfloat16 input, the type itself otherwise.
 
     float16 holds numbers only up to 65504 and about 3 decimal digits: a score of 256 · 256 · 80 / √80,
-    or a sum of 66,000 ones, is already infinite. Libraries that take half-precision input (cuBLAS,
-    PyTorch, FlashAttention) therefore multiply and add in float32 and round only the result to float16;
+    or a sum of 66,000 ones, is already infinite. bfloat16 has float32's range but only about 2 decimal
+    digits: a running sum of ones stops growing at 256. Libraries that take half-precision input (cuBLAS,
+    PyTorch, FlashAttention) therefore multiply and add in float32 and round only the result to 16 bits;
     the package does the same.
 
     Examples
@@ -37,7 +50,7 @@ def working_dtype(dtype):
     (dtype('float32'), dtype('float32'), dtype('float64'))
     """
     dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
+    return np.dtype(np.float32) if dtype == np.float16 or is_bfloat16(dtype) else dtype
 
 
 def require_ndim(arr, name, min_ndim, layout):
@@ -186,6 +199,10 @@ def check_attention_inputs(q, k, v, mask):
     batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
     if mask is not None:
         mask = check_mask(mask, batch + (n, m))
+    halves = [a.dtype for a in (q, k, v) if a.dtype == np.float16 or is_bfloat16(a.dtype)]
+    if len(set(halves)) > 1:  # numpy has no common type for the two (torch computes such a pair in float32)
+        raise TypeError(f"q, k and v mix float16 and bfloat16 ({q.dtype}, {k.dtype}, {v.dtype}); numpy has no "
+                        f"type for both: convert them to one, e.g. with .astype(np.float32)")
     return q, k, v, mask
 
 

@@ -1,5 +1,6 @@
 """Floating types: what goes in comes out (no silent upcast), low precision stays accurate and finite,
-integers and booleans become float64 as ``_checks.as_float_array`` documents.
+integers and booleans become float64 as ``_checks.as_float_array`` documents. bfloat16 is ``ml_dtypes``'
+(numpy has none), taken wherever float16 is.
 
 Tolerances for the low-precision comparisons follow from the unit round-off u of the type
 (np.finfo(dtype).eps): a sum of T terms of size at most S is off by at most about T u S, and a score
@@ -10,13 +11,15 @@ comparison measures only the arithmetic of the lower precision.
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
 
 import mha_lessons as M
 
-FLOATS = [np.float16, np.float32, np.float64]
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FLOATS = [np.float16, BF16, np.float32, np.float64]
 
 
 def inputs(rng, dtype, *shapes, scale=1.0):
@@ -268,22 +271,24 @@ def test_online_softmax_keeps_its_running_sum_in_float32():
     np.testing.assert_array_equal(z, 70_000.0)  # float16 would hold inf
 
 
+@pytest.mark.parametrize("half", [np.float16, BF16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("scale", [1.0, 30.0])
-def test_float16_is_the_float32_computation_rounded_once(rng, scale):
-    # What the package promises for float16: every product and sum in float32, the result rounded to float16.
-    # So the float16 answer is exactly the float32 answer on the same (float16) numbers, rounded.
+def test_half_precision_is_the_float32_computation_rounded_once(rng, scale, half):
+    # What the package promises for float16 and bfloat16: every product and sum in float32, the result rounded
+    # to the 16-bit type. So the 16-bit answer is exactly the float32 answer on the same 16-bit numbers, rounded.
     from mha_lessons.blockwise import blockwise_attention_backward, blockwise_attention_with_lse
     from mha_lessons.grads import mha_backward, sdpa_backward, softmax_backward
 
-    q, k, v, d_out = inputs(rng, np.float16, (2, 2, 5, 16), (2, 2, 300, 16), (2, 2, 300, 8), (2, 2, 5, 8),
+    q, k, v, d_out = inputs(rng, half, (2, 2, 5, 16), (2, 2, 300, 16), (2, 2, 300, 8), (2, 2, 5, 8),
                             scale=scale)
-    bias, layer_bias = inputs(rng, np.float16, (5, 300), (2, 40, 40))  # the layer's bias: one per head
+    bias, layer_bias = inputs(rng, half, (5, 300), (2, 40, 40))  # the layer's bias: one per head
     mask = rng.random((5, 300)) < 0.8
     up = [a.astype(np.float32) for a in (q, k, v, d_out, bias)]
 
     def same(ours16, ours32, name):
-        assert ours16.dtype == np.float16, name
-        np.testing.assert_array_equal(ours16, ours32.astype(np.float16), err_msg=name)
+        assert ours16.dtype == half, name
+        np.testing.assert_array_equal(ours16.astype(np.float32), ours32.astype(half).astype(np.float32),
+                                      err_msg=name)
 
     with np.errstate(over="raise", invalid="raise"):
         for i, (a, b) in enumerate(zip(M.scaled_dot_product_attention(q, k, v, mask, bias),
@@ -305,8 +310,8 @@ def test_float16_is_the_float32_computation_rounded_once(rng, scale):
                 blockwise_attention_backward(*up[:3], out16.astype(np.float32), lse32, up[3], mask, block_size=64,
                                              bias=up[4]))):
             same(a, b, f"block-wise backward {i}")
-        params = M.init_params(16, 2, dtype=np.float16, seed=1)
-        x = inputs(rng, np.float16, (3, 40, 16), scale=scale)[0]
+        params = M.init_params(16, 2, dtype=half, seed=1)
+        x = inputs(rng, half, (3, 40, 16), scale=scale)[0]
         params32 = params.astype(np.float32)
         x32, d_y, layer_bias32 = x.astype(np.float32), np.ones_like(x), layer_bias.astype(np.float32)
         for i, (a, b) in enumerate(zip(M.multihead_attention(x, x, x, params, bias=layer_bias),
@@ -350,3 +355,49 @@ def test_float16_projections_accumulate_in_float32():
         mixed = M.multihead.mix_heads(x, params)
     assert y.dtype == cache.k.dtype == cache.v.dtype == mixed.dtype == np.float16
     assert np.all(y == 0) and np.all(cache.k == 0) and np.all(cache.v == 0) and np.all(mixed == 0)
+
+
+# ---------------------------------------------------------------- bfloat16 against torch's bfloat16
+
+
+def test_bfloat16_attention_and_gradients_agree_with_torchs_bfloat16(rng):
+    # torch's bfloat16 attention on the CPU also multiplies and adds in float32 and rounds the result once. Two
+    # float32 computations of one number differ by float32 round-off (the bound of the float32 tests above:
+    # terms · u32 · score size); rounded to bfloat16 they can then land one bfloat16 step apart, 2**-7 of the
+    # value at most (bfloat16 keeps 8 significant bits). Against float64 on the same numbers, ours is off by the
+    # one rounding, u/2 = 2**-9 relative, plus float32's round-off: a second rounding to bfloat16 on the way
+    # (of the scores, say) would add errors of 2**-9 times the score size and exceed it at these sizes.
+    from mha_lessons.grads import sdpa_backward
+
+    q, k, v, d_out = inputs(rng, BF16, (3, 6, 32), (3, 200, 32), (3, 200, 16), (3, 6, 16), scale=2.0)
+    out, w = M.scaled_dot_product_attention(q, k, v)
+    grads = sdpa_backward(q, k, v, d_out)
+    assert out.dtype == w.dtype == BF16 and all(g.dtype == BF16 for g in grads)
+    t16 = [torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16).requires_grad_() for a in (q, k, v)]
+    t_out = torch.nn.functional.scaled_dot_product_attention(*t16)
+    t_out.backward(torch.from_numpy(d_out.astype(np.float32)).to(torch.bfloat16))
+    t64 = [torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*t64)
+    ref.backward(torch.from_numpy(d_out.astype(np.float64)))
+    u32 = float(np.finfo(np.float32).eps)
+    score = float(np.abs(q.astype(np.float64)).max() * np.abs(k.astype(np.float64)).max() * math.sqrt(32))
+    f32 = 4 * (32 + 200) * u32 * (1 + score)  # float32's round-off, relative to the size of what is compared
+    pairs = [("out", out, t_out, ref)] + [(f"d{name}", g, t.grad, r.grad)
+                                          for name, g, t, r in zip("qkv", grads, t16, t64)]
+    for name, ours, theirs, exact in pairs:
+        ours, theirs, exact = ours.astype(np.float64), theirs.detach().double().numpy(), exact.detach().numpy()
+        size = np.abs(exact).max()
+        np.testing.assert_allclose(ours, theirs, rtol=2**-7, atol=f32 * size, err_msg=name)
+        np.testing.assert_allclose(ours, exact, rtol=2**-9, atol=f32 * size, err_msg=name)
+    # the weights against torch's softmax of the same scores in float32, rounded to bfloat16 once
+    scores = torch.from_numpy((q.astype(np.float32) @ np.swapaxes(k.astype(np.float32), -1, -2)) / math.sqrt(32))
+    t_w = torch.softmax(scores, dim=-1).to(torch.bfloat16).double().numpy()
+    np.testing.assert_allclose(w.astype(np.float64), t_w, rtol=2**-7, atol=f32)
+
+
+def test_float16_and_bfloat16_together_are_refused_by_name(rng):
+    q, k, v = inputs(rng, np.float16, (3, 8), (4, 8), (4, 8))
+    with pytest.raises(TypeError, match="mix float16 and bfloat16"):
+        M.scaled_dot_product_attention(q, k.astype(BF16), v)
+    out, _ = M.scaled_dot_product_attention(q, k.astype(BF16).astype(np.float32), v)  # float32 and float16:
+    assert out.dtype == np.float32  # numpy's common type, as for any other pair
