@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from ..attention import causal_mask, scaled_dot_product_attention
-from ..blockwise import blockwise_attention_with_lse
+from ...attention import causal_mask, scaled_dot_product_attention
+from ...blockwise import blockwise_attention_with_lse
 from ._verdict import Verdict, call_learner, compare
 
 

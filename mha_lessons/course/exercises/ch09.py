@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from ..multihead import MHAParams, init_params
-from ..parallel import allreduce_bytes, simulate_head_parallel
+from ...multihead import MHAParams, init_params
+from ...parallel import allreduce_bytes, simulate_head_parallel
 from ._verdict import Verdict, call_learner, compare
 
 
@@ -94,8 +94,8 @@ def check_worker_output(worker_output):
     >>> M.exercises.check_worker_output(worker_output)
     Right: both workers' terms are right, and they add up to the layer's output.
     """
-    from ..attention import scaled_dot_product_attention
-    from ..multihead import combine_heads, split_heads
+    from ...attention import scaled_dot_product_attention
+    from ...multihead import combine_heads, split_heads
 
     rng = np.random.default_rng(4)
     n, d_model, h, p = 5, 16, 4, 2

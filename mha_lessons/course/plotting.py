@@ -334,7 +334,7 @@ def head_layout(n, d_model, num_heads, *, ax=None, unit=0.32):
     matplotlib.axes.Axes, with one patch per (token, head) cell on each side:
     ``2 * n * num_heads`` patches in all.
     """
-    from ._checks import check_num_heads
+    from .._checks import check_num_heads
 
     check_num_heads(d_model, num_heads)
     d_k = d_model // num_heads

@@ -12,7 +12,7 @@ boxes, arrows and labels, cheap enough to redraw on every move of a slider.
 
 from dataclasses import dataclass
 
-from ._checks import check_num_heads, require_positive_int
+from .._checks import check_num_heads, require_positive_int
 
 # The size, in inches, that the layout is made for; an axes of about this size keeps every label apart. With the
 # 0.1-inch margin that a notebook saves figures with, it is as wide as the text column (plotting.COLUMN_INCHES,

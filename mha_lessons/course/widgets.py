@@ -27,13 +27,13 @@ import numpy as np
 from IPython.display import display
 from matplotlib.figure import Figure
 
-from ._checks import is_int
-from .attention import softmax
-from .complexity import param_count
-from .multihead import init_params, multihead_attention
+from .._checks import is_int
+from ..attention import softmax
+from ..complexity import param_count
+from ..multihead import init_params, multihead_attention
 from .plotting import heads_mosaic
-from .scaling import attention_logits
-from .stats import entropy
+from ..scaling import attention_logits
+from ..stats import entropy
 
 
 def make_panel(draw, controls, figsize=(8, 4), *, symbols=None, adjust=None):
@@ -340,7 +340,7 @@ def cost_numbers(n, d_model, num_heads):
     >>> cost_numbers(1024, 512, 8)["crossover"]
     1024
     """
-    from .complexity import mha_flops, mha_memory
+    from ..complexity import mha_flops, mha_memory
 
     def split(flops):
         return sum(flops[s] for s in LINEAR_STAGES), sum(flops[s] for s in QUADRATIC_STAGES)
