@@ -61,6 +61,17 @@ def broadcast_batch(shapes_by_name):
         raise ValueError(f"batch dimensions do not broadcast: {listed}") from None
 
 
+def check_same_shape(array, name, shape, what):
+    """``array`` as a float array of exactly ``shape``; ValueError naming both shapes otherwise.
+
+    For a gradient that must have the shape of what it is the gradient of (``what``).
+    """
+    array = as_float_array(array, name)
+    if array.shape != tuple(shape):
+        raise ValueError(f"{name} has shape {array.shape}, but {what} has shape {tuple(shape)}; they must match")
+    return array
+
+
 def is_int(value):
     """True for a Python or numpy integer, False for a bool (which Python counts as an int) and anything else."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
@@ -72,6 +83,12 @@ def require_positive_int(value, name):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value}")
+
+
+def require_positive_ints(**values):
+    """Raise ValueError unless every keyword's value is a positive integer (``require_positive_int``), naming it."""
+    for name, value in values.items():
+        require_positive_int(value, name)
 
 
 def require_int_at_least(value, name, minimum):
@@ -187,6 +204,16 @@ def check_attention_inputs(q, k, v, mask):
     if mask is not None:
         mask = check_mask(mask, batch + (n, m))
     return q, k, v, mask
+
+
+def check_attention_call(q, k, v, mask=None, bias=None):
+    """Everything ``scaled_dot_product_attention(q, k, v, mask, bias)`` needs checked, in one call.
+
+    Returns q, k, v as float arrays, the mask as a boolean array (or None) and the bias as a float
+    array (or None), each broadcastable as the function documents.
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    return q, k, v, mask, check_attention_bias(q, k, v, bias)
 
 
 def check_attention_bias(q, k, v, bias):

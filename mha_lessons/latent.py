@@ -31,7 +31,7 @@ import numpy as np
 from ._checks import as_float_array, require_positive_int
 from .attention import softmax
 from .multihead import MHAParams, combine_heads, split_heads
-from .masks import position_mask
+from .position_masks import position_mask
 
 
 @dataclass(frozen=True, eq=False)
