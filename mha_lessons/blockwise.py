@@ -130,7 +130,8 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
     >>> lse.shape, bool(np.allclose(lse, np.log(np.exp(scores).sum(axis=-1))))
     ((2, 5), True)
     """
-    q, k, v, mask, bias, tiling = _check_blockwise_call(q, k, v, mask, bias, block_size, query_block, causal, window)
+    q, k, v, mask, bias, tiling = _check_blockwise_call(q, k, v, mask, bias, block_size, query_block, causal,
+                                                        window)  # once, here: the loop below trusts its input
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -234,8 +235,8 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     >>> all(np.allclose(a, b, rtol=1e-12, atol=1e-14) for a, b in zip((dq, dk, dv), sdpa_backward(q, k, v, d_out)))
     True
     """
-    q, k, v, mask, bias, tiling, out, lse, d_out = _check_backward_call(q, k, v, out, lse, d_out, mask, bias, block_size,
-                                                                        query_block, causal, window)
+    q, k, v, mask, bias, tiling, out, lse, d_out = _check_backward_call(
+        q, k, v, out, lse, d_out, mask, bias, block_size, query_block, causal, window)  # once, here
     n, d_k = q.shape[-2:]
     m_keys, d_v = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
