@@ -136,6 +136,15 @@ def head_widths(d_model, num_heads, d_k=None, d_v=None):
     return d_k, d_v
 
 
+def layer_sizes(n, d_model, num_heads, m, batch, d_k=None, d_v=None):
+    """Checked sizes: m (n unless given), and the widths d_k, d_v of a head (d_model / h unless given)."""
+    d_k, d_v = head_widths(d_model, num_heads, d_k, d_v)
+    m = n if m is None else m
+    for name, value in (("n", n), ("m", m), ("batch", batch)):
+        require_positive_int(value, name)
+    return m, d_k, d_v
+
+
 def check_mask(mask, target_shape):
     """Return ``mask`` as a boolean array that broadcasts to ``target_shape``."""
     mask = np.asarray(mask)
