@@ -145,6 +145,18 @@ def layer_sizes(n, d_model, num_heads, m, batch, d_k=None, d_v=None):
     return m, d_k, d_v
 
 
+def require_shapes(arrays, expected, sizes):
+    """Raise ValueError naming the first array of ``arrays`` (name -> array or None) not of ``expected[name]``.
+
+    ``sizes`` completes the message ("... expected (8, 4) for d_model = 8, h = 2"); None is skipped
+    (a bias that is absent).
+    """
+    for name, shape in expected.items():
+        value = arrays[name]
+        if value is not None and value.shape != shape:
+            raise ValueError(f"{name} has shape {value.shape}, expected {shape} for {sizes}")
+
+
 def check_mask(mask, target_shape):
     """Return ``mask`` as a boolean array that broadcasts to ``target_shape``."""
     mask = np.asarray(mask)

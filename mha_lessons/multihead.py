@@ -11,12 +11,8 @@ Axis names (as in ``attention.py``):
     kdim      width of a token vector entering as a key (d_model unless chosen otherwise)
     vdim      width of a token vector entering as a value (d_model unless chosen otherwise)
 
-Heads may have any width: W_Q is (d_model, h d_k), W_K is (kdim, h d_k), W_V is
-(vdim, h d_v) and W_O is (h d_v, d_model). In cross-attention the keys and values
-may come from tokens of another width than the queries (kdim, vdim: PyTorch's
-``kdim``/``vdim``); in self-attention all three widths are d_model. The usual choice, and PyTorch's,
-is d_k = d_v = d_model / h, which makes all four d_model × d_model; T5-11B
-(1024 wide, 128 heads of 128) and Gemma-7B (3072 wide, 16 heads of 256) do not.
+Heads may have any width, and keys and values may come from tokens of other
+widths than the queries (cross-attention): ``params.py`` gives the shapes.
 
 Weights are used as ``x @ w`` (rows are input features, columns are output
 features), the convention of the equations in the chapters. The parameters

@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._checks import as_float_array, head_widths, require_positive_int
+from ._checks import as_float_array, head_widths, require_positive_int, require_shapes
 
 
 @dataclass
@@ -75,11 +75,7 @@ class MHAParams:
         kdim, vdim = self.w_k.shape[0], self.w_v.shape[0]
         expected = {"w_k": (kdim, hd_k), "w_o": (hd_v, d_model),
                     "b_q": (hd_k,), "b_k": (hd_k,), "b_v": (hd_v,), "b_o": (d_model,)}
-        for name, shape in expected.items():
-            value = getattr(self, name)
-            if value is not None and value.shape != shape:
-                raise ValueError(f"{name} has shape {value.shape}, expected {shape} for d_model = {d_model}, "
-                                 f"h = {h}, d_k = {hd_k // h}, d_v = {hd_v // h}")
+        require_shapes(vars(self), expected, f"d_model = {d_model}, h = {h}, d_k = {hd_k // h}, d_v = {hd_v // h}")
 
     @property
     def d_model(self):

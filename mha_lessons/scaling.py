@@ -2,23 +2,12 @@
 
 Axis names used in this module:
 
-    N      independent draws of a query and a key (Monte Carlo samples)
     d_k    width of a query or key vector
     r      independent rows of attention scores (one query each)
     m      keys in one row
 
-The random model behind every function: the d_k coordinate pairs (q_a, k_a) of a
-query and a key are independent and identically distributed; within a pair
-q_a ~ N(mean_q, std_q²) and k_a ~ N(mean_k, std_k²), jointly normal with
-correlation ``corr``. The defaults (means 0, standard deviations 1, correlation
-0) are the assumptions under which Var[q·k] = d_k. Chapter 2 derives
-
-    E[q·k]   = d_k (mean_q mean_k + corr std_q std_k)
-    Var[q·k] = d_k (std_q² std_k² (1 + corr²) + std_q² mean_k² + std_k² mean_q²
-                    + 2 corr std_q std_k mean_q mean_k)
-
-(``dot_product_moments``) and checks it against ``dot_product_variance``.
-
+Queries and keys follow the random model of ``dot_products.py`` (independent
+standard normal coordinates by default, under which Var[q·k] = d_k), row by row.
 For rows of scores the module also lets each key j of a row have its own
 correlation ρ_j with the query (``attention_logits(..., corr=...)`` and
 ``alignment_saturation``): k_j = ρ_j q + √(1 - ρ_j²) z_j with z_j independent of

@@ -128,60 +128,6 @@ def shard_params(params, num_workers, rank):
     )
 
 
-def shard_params(params, num_workers, rank):
-    """Cut out the parameters that worker ``rank`` of ``num_workers`` needs for its heads.
-
-    Head i owns columns ``[i d_k, (i + 1) d_k)`` of W_Q and W_K and
-    ``[i d_v, (i + 1) d_v)`` of W_V (where its queries, keys and values are
-    made) and the same rows of W_O as of W_V's columns (where its output is
-    read). Worker r's heads are consecutive, so its slices are single blocks.
-
-    The output bias b_O is not a property of any head: it is added once to the
-    sum. If every worker added it, the all-reduce would add it p times, so it
-    lives on worker 0 only (adding it after the all-reduce is equivalent).
-
-    Parameters
-    ----------
-    params : MHAParams
-    num_workers : int, dividing ``params.num_heads``
-    rank : int in [0, num_workers)
-
-    Returns
-    -------
-    ParamShard
-        Copies of the slices, so that a shard does not keep the full matrices alive.
-
-    Examples
-    --------
-    >>> p = init_params(8, 4, seed=0)           # d_model = 8, h = 4, d_k = d_v = 2
-    >>> s = shard_params(p, 2, 1)               # worker 1 of 2: heads 2 and 3
-    >>> s.heads, s.w_q.shape, s.w_o.shape, s.b_o
-    (range(2, 4), (8, 4), (4, 8), None)
-    >>> bool(np.array_equal(s.w_o, p.w_o[4:8, :]))   # rows 4-7 of W_O
-    True
-    """
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
-    heads = worker_heads(params.num_heads, num_workers, rank)
-    qk = slice(heads.start * params.d_k, heads.stop * params.d_k)  # this worker's h_r d_k query/key features
-    vo = slice(heads.start * params.d_v, heads.stop * params.d_v)  # its h_r d_v value features
-
-    def cut(array, index):
-        return None if array is None else array[index].copy()
-
-    every = slice(None)
-    return ParamShard(
-        len(heads),
-        w_q=cut(params.w_q, (every, qk)),  # (d_model, h d_k) -> (d_model, h_r d_k)
-        w_k=cut(params.w_k, (every, qk)),
-        w_v=cut(params.w_v, (every, vo)),  # (d_model, h d_v) -> (d_model, h_r d_v)
-        w_o=cut(params.w_o, (vo, every)),  # (h d_v, d_model) -> (h_r d_v, d_model): ROWS
-        b_q=cut(params.b_q, qk), b_k=cut(params.b_k, qk), b_v=cut(params.b_v, vo),
-        b_o=cut(params.b_o, every) if rank == 0 else None,
-        rank=int(rank), num_workers=int(num_workers),
-    )
-
-
 def worker_kv_heads(num_heads, num_kv_heads, num_workers, rank):
     """The key/value heads that worker ``rank`` needs when h_kv of them serve h query heads (chapter 8).
 
