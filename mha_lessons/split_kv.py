@@ -60,12 +60,13 @@ def attention_state(q, k, v, mask=None, *, bias=None, check_input=True):
     return s_max, p.sum(axis=-1, keepdims=True), p @ v  # (..., n, 1), (..., n, 1), (..., n, d_v)
 
 
-def merge_states(*states):
+def merge_states(*states, check_input=True):
     """Merge the states (s_max, z, acc) of disjoint chunks of keys into the state of all of them.
 
     Each part is brought to the common maximum by its rescale factor exp(s_max_part - s_max),
     exactly as eq-ch7-running-sum and eq-ch7-running-acc bring the old state to a new block's
-    maximum; parts whose keys were all masked (s_max = -inf) contribute nothing.
+    maximum; parts whose keys were all masked (s_max = -inf) contribute nothing. ``check_input=False``
+    (keyword-only) is for a caller whose states are float arrays already (``split_kv_attention``).
 
     Examples
     --------
@@ -77,8 +78,9 @@ def merge_states(*states):
     """
     if not states:
         raise ValueError("merge_states needs at least one state")
-    states = [tuple(a.astype(working_dtype(a.dtype), copy=False)  # float16 parts are merged in float32
-                    for a in (as_float_array(x, name) for x, name in zip(state, ("s_max", "z", "acc"))))
+    if check_input:  # states from attention_state are float arrays already (split_kv_attention passes False)
+        states = [tuple(as_float_array(x, name) for x, name in zip(state, ("s_max", "z", "acc"))) for state in states]
+    states = [tuple(a.astype(working_dtype(a.dtype), copy=False) for a in state)  # float16 parts merged in float32
               for state in states]
     s_max = np.maximum.reduce([state[0] for state in states])  # (..., n, 1)
     shift = shift_for_exp(s_max)
@@ -131,6 +133,6 @@ def split_kv_attention(q, k, v, mask=None, *, num_splits, bias=None):
         part_bias = None if bias is None else tile_of(bias, every_query, cols)
         states.append(attention_state(q, k[..., cols, :], v[..., cols, :], part_mask, bias=part_bias,
                                       check_input=False))  # independent
-    _, z, acc = merge_states(*states)
+    _, z, acc = merge_states(*states, check_input=False)
     out = acc / np.where(z == 0, 1, z)  # (..., n, d_v); a query that sees nothing: 0 / 1
     return out.astype(np.result_type(q, k, v), copy=False)  # float32 arithmetic rounded back for float16 input
