@@ -4,10 +4,23 @@
 >>> M.causal_mask(2).tolist()
 [[True, False], [True, True]]
 
-The core needs only numpy. Submodules that need more (``plotting`` needs
+Where things live. The lesson code, what the chapters teach, sits at the top of
+the package, one job per module, each docstring naming its chapter: the core
+(``attention``, ``params``, ``multihead``, ``grads``, ``gradcheck``,
+``torch_bridge``, with the input checks they share in ``_checks``), then the
+chapters' modules (``scaling``, ``complexity``, ``masks``, ``blockwise``,
+``inference``, ``parallel``, ``pretrained``, ...). The course's machinery, what
+shows, records and checks the lessons (figures, panels, recorded values, seed
+tables, exercise checkers), sits in ``course/``. Imports point one way: core <-
+lessons <- course. A module that was split keeps every name it had: a function
+that moved to a new module is reachable from the old one too.
+
+The lessons need only numpy. Submodules that need more (``plotting`` needs
 matplotlib, ``widgets`` needs ipywidgets) are imported the first time they are
-used, as attributes of the package: ``M.plotting.heatmap(...)``. Each module's
-docstring names the chapter that teaches it.
+used, as attributes of the package: ``M.plotting.heatmap(...)``; the machinery
+answers to its short name (``M.plotting`` is ``M.course.plotting``). Every
+public function checks its input once, where it enters; the steps it calls
+trust what they are given.
 
 Conventions, the same in every module:
 
