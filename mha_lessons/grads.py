@@ -287,8 +287,9 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None, bias=None, *, bias_grad=
     # backward of step 4, combine heads
     d_out = combine_heads_backward(d_concat, h, check_input=False)  # eq-ch5-heads: (..., n, h d_v) -> (..., h, n, d_v)
     # backward of step 3, attention in every head (sdpa steps 4 to 1)
-    dq, dk, dv, *d_bias = sdpa_backward(heads.q, heads.k, heads.v, d_out, heads.mask, heads.bias,
-                                        bias_grad=bias_grad, check_input=False)  # eq-ch5-dv to eq-ch5-dk
+    with_bias = {} if heads.bias is None and not bias_grad else {"bias": heads.bias, "bias_grad": bias_grad}
+    dq, dk, dv, *d_bias = sdpa_backward(heads.q, heads.k, heads.v, d_out, heads.mask, **with_bias,
+                                        check_input=False)  # eq-ch5-dv to eq-ch5-dk
     # backward of step 2, split heads
     dq = split_heads_backward(dq, check_input=False)  # eq-ch5-heads: (..., h, n, d_k) -> (..., n, h d_k)
     dk = split_heads_backward(dk, check_input=False)  # (..., h, m, d_k) -> (..., m, h d_k)
