@@ -74,6 +74,17 @@ def broadcast_batch(shapes_by_name):
         raise ValueError(f"batch dimensions do not broadcast: {listed}") from None
 
 
+def check_same_shape(array, name, shape, what):
+    """``array`` as a float array of exactly ``shape``; ValueError naming both shapes otherwise.
+
+    For a gradient that must have the shape of what it is the gradient of (``what``).
+    """
+    array = as_float_array(array, name)
+    if array.shape != tuple(shape):
+        raise ValueError(f"{name} has shape {array.shape}, but {what} has shape {tuple(shape)}; they must match")
+    return array
+
+
 def is_int(value):
     """True for a Python or numpy integer, False for a bool (which Python counts as an int) and anything else."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
@@ -85,6 +96,12 @@ def require_positive_int(value, name):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value}")
+
+
+def require_positive_ints(**values):
+    """Raise ValueError unless every keyword's value is a positive integer (``require_positive_int``), naming it."""
+    for name, value in values.items():
+        require_positive_int(value, name)
 
 
 def require_int_at_least(value, name, minimum):
@@ -130,6 +147,27 @@ def head_widths(d_model, num_heads, d_k=None, d_v=None):
     require_positive_int(d_k, "d_k")
     require_positive_int(d_v, "d_v")
     return d_k, d_v
+
+
+def layer_sizes(n, d_model, num_heads, m, batch, d_k=None, d_v=None):
+    """Checked sizes: m (n unless given), and the widths d_k, d_v of a head (d_model / h unless given)."""
+    d_k, d_v = head_widths(d_model, num_heads, d_k, d_v)
+    m = n if m is None else m
+    for name, value in (("n", n), ("m", m), ("batch", batch)):
+        require_positive_int(value, name)
+    return m, d_k, d_v
+
+
+def require_shapes(arrays, expected, sizes):
+    """Raise ValueError naming the first array of ``arrays`` (name -> array or None) not of ``expected[name]``.
+
+    ``sizes`` completes the message ("... expected (8, 4) for d_model = 8, h = 2"); None is skipped
+    (a bias that is absent).
+    """
+    for name, shape in expected.items():
+        value = arrays[name]
+        if value is not None and value.shape != shape:
+            raise ValueError(f"{name} has shape {value.shape}, expected {shape} for {sizes}")
 
 
 def check_mask(mask, target_shape):
@@ -204,6 +242,16 @@ def check_attention_inputs(q, k, v, mask):
         raise TypeError(f"q, k and v mix float16 and bfloat16 ({q.dtype}, {k.dtype}, {v.dtype}); numpy has no "
                         f"type for both: convert them to one, e.g. with .astype(np.float32)")
     return q, k, v, mask
+
+
+def check_attention_call(q, k, v, mask=None, bias=None):
+    """Everything ``scaled_dot_product_attention(q, k, v, mask, bias)`` needs checked, in one call.
+
+    Returns q, k, v as float arrays, the mask as a boolean array (or None) and the bias as a float
+    array (or None), each broadcastable as the function documents.
+    """
+    q, k, v, mask = check_attention_inputs(q, k, v, mask)
+    return q, k, v, mask, check_attention_bias(q, k, v, bias)
 
 
 def check_attention_bias(q, k, v, bias):

@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from ._checks import (as_float_array, check_attention_bias, check_attention_inputs, is_int, require_positive_int,
-                      require_softmax_axis, working_dtype)
+from ._checks import (as_float_array, check_attention_call, is_int, require_positive_int, require_softmax_axis,
+                      working_dtype)
 
 
 def softmax(x, axis=-1):
@@ -168,7 +168,7 @@ def padding_mask(lengths, m):
     return (np.arange(m) < lengths[:, None])[:, None, :]  # (B, m) -> (B, 1, m)
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, bias=None):
+def scaled_dot_product_attention(q, k, v, mask=None, bias=None, *, check_input=True):
     """softmax(q kᵀ / √d_k + bias) v, over any leading batch dimensions.
 
     Parameters
@@ -187,6 +187,11 @@ def scaled_dot_product_attention(q, k, v, mask=None, bias=None):
         a bias. -inf forbids a pair (as False in ``mask``); +inf is refused. It is
         added in the arithmetic's type (float32 for float16 input, see below), so
         it does not change the result's dtype.
+    check_input : bool, keyword-only
+        Check the arguments first (the default). A caller that has checked its own input
+        already, such as the layer (``multihead.attend_heads``), passes False: q, k and v
+        are then float arrays of the shapes above, the mask boolean or None, the bias a
+        float array or None, and nothing is checked twice.
 
     Returns
     -------
@@ -229,8 +234,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, bias=None):
     >>> scaled_dot_product_attention(q, k, v, bias=alibi)[1].shape
     (4, 3, 5)
     """
-    q, k, v, mask = check_attention_inputs(q, k, v, mask)
-    bias = check_attention_bias(q, k, v, bias)
+    if check_input:  # the only check: the steps below trust their input
+        q, k, v, mask, bias = check_attention_call(q, k, v, mask, bias)
     dtype = np.result_type(q, k, v)
     work = working_dtype(dtype)  # float32 for float16 input, else the type itself (no copy)
     q, k, v = (a.astype(work, copy=False) for a in (q, k, v))

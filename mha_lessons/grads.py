@@ -16,26 +16,23 @@ Axis names (as in the forward modules):
     d_k       width of a query or key vector (of one head, in the layer)
     d_v       width of a value vector
 
-``gradcheck`` at the end is the independent check: central finite differences.
+Each public function checks its input once, where it enters; the steps it runs (the forward
+recomputed, the backward of a part) trust what they are given (``check_input=False``).
+
+The independent check, central finite differences, is ``gradcheck`` (in ``gradcheck.py``), and
+the gradients of PyTorch's layer come back as ours through ``grads_from_torch``
+(``torch_bridge.py``); both are reachable here too.
 """
 
-import copy
 import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_attention_bias, check_attention_inputs, working_dtype
+from ._checks import as_float_array, check_attention_call, check_same_shape, working_dtype
 from .attention import scaled_dot_product_attention
-from .multihead import (MHAParams, _check_layer_inputs, attend_heads, check_layer_bias, combine_heads, layer_dtypes,
-                        params_from_torch, split_heads)
-
-
-def _check_same_shape(grad, grad_name, shape, what):
-    grad = as_float_array(grad, grad_name)
-    if grad.shape != tuple(shape):
-        raise ValueError(f"{grad_name} has shape {grad.shape}, but {what} has shape {tuple(shape)}; they must match")
-    return grad
-
+from .gradcheck import gradcheck  # noqa: F401  (the independent check, reachable here as before)
+from .multihead import MHAParams, attend_heads, check_layer_inputs, combine_heads, layer_dtypes, split_heads
+from .torch_bridge import grads_from_torch  # noqa: F401
 
 def _sum_to_shape(grad, shape):
     """Undo broadcasting: sum ``grad`` over the axes along which an array of ``shape`` was broadcast.
@@ -52,7 +49,7 @@ def _sum_to_shape(grad, shape):
 # ---------------------------------------------------------------- attention.py
 
 
-def softmax_backward(weights, d_weights, axis=-1):
+def softmax_backward(weights, d_weights, axis=-1, *, check_input=True):
     """Gradient with respect to the logits of ``weights = softmax(logits, axis)``.
 
     ds = a ⊙ (da − Σ_j da_j a_j), the Jacobian-vector product of the softmax
@@ -68,6 +65,8 @@ def softmax_backward(weights, d_weights, axis=-1):
         ∂L/∂a.
     axis : int
         The axis the softmax normalised over.
+    check_input : bool, keyword-only
+        False for a caller that has checked both arrays already (``sdpa_backward``).
 
     Returns
     -------
@@ -82,15 +81,25 @@ def softmax_backward(weights, d_weights, axis=-1):
     >>> softmax_backward(a, np.array([1.0, 1.0]))      # the loss sees only the sum, always 1
     array([0., 0.])
     """
-    a = as_float_array(weights, "weights")
-    da = _check_same_shape(d_weights, "d_weights", a.shape, "weights")
+    a, da = weights, d_weights
+    if check_input:
+        a = as_float_array(weights, "weights")
+        da = check_same_shape(d_weights, "d_weights", a.shape, "weights")
     dtype = np.result_type(a, da)
     a, da = a.astype(working_dtype(dtype), copy=False), da.astype(working_dtype(dtype), copy=False)  # float16: float32
     # eq-ch5-softmax-backward: ds = a ⊙ (da − rowsum(da ⊙ a))
     return (a * (da - np.sum(da * a, axis=axis, keepdims=True))).astype(dtype, copy=False)
 
 
-def sdpa_backward(q, k, v, d_out, mask=None, bias=None, *, bias_grad=False):
+def _check_sdpa_backward_inputs(q, k, v, d_out, mask, bias):
+    """The forward's arguments (``check_attention_call``) and d_out, which must have the shape of its output."""
+    q, k, v, mask, bias = check_attention_call(q, k, v, mask, bias)
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    d_out = check_same_shape(d_out, "d_out", batch + (q.shape[-2], v.shape[-1]), "the attention output")
+    return q, k, v, d_out, mask, bias
+
+
+def sdpa_backward(q, k, v, d_out, mask=None, bias=None, *, bias_grad=False, check_input=True):
     """Gradients of ``scaled_dot_product_attention(q, k, v, mask, bias)`` with respect to q, k and v (and the bias).
 
     The forward's steps are undone in reverse order, 4 to 1; the attention
@@ -112,6 +121,8 @@ def sdpa_backward(q, k, v, d_out, mask=None, bias=None, *, bias_grad=False):
         Also return the gradient of the bias. The bias is added to the scaled
         scores, so its gradient is theirs, dS̃ (eq-ch5-softmax-backward), summed
         over the axes along which the bias was broadcast.
+    check_input : bool, keyword-only
+        False for a caller that has checked the arguments already (``mha_backward``).
 
     Returns
     -------
@@ -140,13 +151,12 @@ def sdpa_backward(q, k, v, d_out, mask=None, bias=None, *, bias_grad=False):
     >>> [g.shape for g in sdpa_backward(q, k, v, d_out=np.ones((4, 2, 3, 6)))]   # (B, h, ·, ·)
     [(4, 2, 3, 8), (4, 2, 5, 8), (4, 2, 5, 6)]
     """
-    q, k, v, mask = check_attention_inputs(q, k, v, mask)
-    bias = check_attention_bias(q, k, v, bias)
+    if check_input:  # the only check: the steps below trust their input
+        q, k, v, d_out, mask, bias = _check_sdpa_backward_inputs(q, k, v, d_out, mask, bias)
     dtype = np.result_type(q, k, v)
     q, k, v = (x.astype(working_dtype(dtype), copy=False) for x in (q, k, v))  # float16: float32
-    out, a = scaled_dot_product_attention(q, k, v, mask, bias)  # forward again: a (..., n, m)
+    out, a = scaled_dot_product_attention(q, k, v, mask, bias, check_input=False)  # forward again: a (..., n, m)
     a = np.broadcast_to(a, out.shape[:-1] + a.shape[-1:])  # with the batch axes only v has, as d_out has them
-    d_out = _check_same_shape(d_out, "d_out", out.shape, "the attention output")
     dtype = np.result_type(dtype, d_out)  # the gradients' type: no input is downcast
     d_out = d_out.astype(working_dtype(d_out.dtype), copy=False)  # float16: float32
     d_k = q.shape[-1]
@@ -154,7 +164,7 @@ def sdpa_backward(q, k, v, d_out, mask=None, bias=None, *, bias_grad=False):
     dv = np.swapaxes(a, -1, -2) @ d_out  # eq-ch5-dv: dV = Aᵀ dO, (..., m, n) @ (..., n, d_v) -> (..., m, d_v)
     da = d_out @ np.swapaxes(v, -1, -2)  # eq-ch5-da: dA = dO Vᵀ, (..., n, d_v) @ (..., d_v, m) -> (..., n, m)
     # backward of step 3, the softmax over keys (masked entries have a = 0, so they get 0)
-    ds_scaled = softmax_backward(a, da, axis=-1)  # eq-ch5-softmax-backward, (..., n, m)
+    ds_scaled = softmax_backward(a, da, axis=-1, check_input=False)  # eq-ch5-softmax-backward, (..., n, m)
     # backward of step 2, division by √d_k
     ds = ds_scaled / math.sqrt(d_k)  # eq-ch5-scale, (..., n, m)
     # backward of step 1, S = Q Kᵀ
@@ -170,7 +180,7 @@ def sdpa_backward(q, k, v, d_out, mask=None, bias=None, *, bias_grad=False):
 # ---------------------------------------------------------------- multihead.py
 
 
-def split_heads_backward(d_heads):
+def split_heads_backward(d_heads, *, check_input=True):
     """Backward of ``split_heads``: (..., h, n, d_k) -> (..., n, d_model) (eq-ch5-heads).
 
     Splitting only moves entries, so each gradient entry moves back to where
@@ -181,10 +191,10 @@ def split_heads_backward(d_heads):
     >>> split_heads_backward(np.ones((2, 3, 4))).shape
     (3, 8)
     """
-    return combine_heads(d_heads)
+    return combine_heads(d_heads, check_input=check_input)
 
 
-def combine_heads_backward(d_x, num_heads):
+def combine_heads_backward(d_x, num_heads, *, check_input=True):
     """Backward of ``combine_heads``: (..., n, d_model) -> (..., h, n, d_k) (eq-ch5-heads); it is ``split_heads``.
 
     Examples
@@ -192,7 +202,7 @@ def combine_heads_backward(d_x, num_heads):
     >>> combine_heads_backward(np.ones((3, 8)), 2).shape
     (2, 3, 4)
     """
-    return split_heads(d_x, num_heads)
+    return split_heads(d_x, num_heads, check_input=check_input)
 
 
 def _project_backward(x, w, dy, has_bias):
@@ -209,6 +219,14 @@ def _project_backward(x, w, dy, has_bias):
     dw = x_rows.T @ dy_rows  # eq-ch5-proj: dW = Σ_rows Xᵀ dY, (d_in, N) @ (N, d_out) -> (d_in, d_out)
     db = dy_rows.sum(axis=0) if has_bias else None  # eq-ch5-proj: db = Σ_rows dY, (d_out,)
     return dx, dw, db
+
+
+def _check_backward_inputs(x_q, x_k, x_v, params, d_y, mask, bias):
+    """The layer's arguments (``multihead.check_layer_inputs``) and d_y, which must have the shape of its output."""
+    x_q, x_k, x_v, mask, bias = check_layer_inputs(x_q, x_k, x_v, params, mask, bias)
+    batch = np.broadcast_shapes(x_q.shape[:-2], x_k.shape[:-2], x_v.shape[:-2])
+    d_y = check_same_shape(d_y, "d_y", batch + (x_q.shape[-2], params.d_model), "the layer's output")
+    return x_q, x_k, x_v, d_y, mask, bias
 
 
 def mha_backward(x_q, x_k, x_v, params, d_y, mask=None, bias=None, *, bias_grad=False):
@@ -257,27 +275,25 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None, bias=None, *, bias_grad=
     >>> dx_q.shape, dp.w_q.shape                                        # weights: summed over the batch
     ((5, 3, 4), (4, 4))
     """
-    x_q, x_k, x_v, mask = _check_layer_inputs(x_q, x_k, x_v, params, mask)
-    bias = check_layer_bias(x_q, x_k, x_v, params, bias)
+    x_q, x_k, x_v, d_y, mask, bias = _check_backward_inputs(x_q, x_k, x_v, params, d_y, mask, bias)  # once, here
     dtype, work = layer_dtypes(x_q, x_k, x_v, params)
     if work != dtype:  # float16: computed in float32, the gradients rounded at the end
         x_q, x_k, x_v, params = x_q.astype(work), x_k.astype(work), x_v.astype(work), params.astype(work)
     h = params.num_heads
     heads = attend_heads(x_q, x_k, x_v, params, mask, bias)  # the forward's steps 1-4 again, keeping what we need
-    d_y = _check_same_shape(d_y, "d_y", heads.concat.shape[:-1] + (params.d_model,), "the layer's output")
     d_y = d_y.astype(np.result_type(d_y, work), copy=False)
     # backward of step 5, the output projection y = concat @ w_o + b_o
     d_concat, dw_o, db_o = _project_backward(heads.concat, params.w_o, d_y, params.b_o is not None)  # eq-ch5-proj
     # backward of step 4, combine heads
-    d_out = combine_heads_backward(d_concat, h)  # eq-ch5-heads: (..., n, h d_v) -> (..., h, n, d_v)
+    d_out = combine_heads_backward(d_concat, h, check_input=False)  # eq-ch5-heads: (..., n, h d_v) -> (..., h, n, d_v)
     # backward of step 3, attention in every head (sdpa steps 4 to 1)
     with_bias = {} if heads.bias is None and not bias_grad else {"bias": heads.bias, "bias_grad": bias_grad}
-    dq, dk, dv, *d_bias = sdpa_backward(heads.q, heads.k, heads.v, d_out, heads.mask,
-                                        **with_bias)  # eq-ch5-dv to eq-ch5-dk
+    dq, dk, dv, *d_bias = sdpa_backward(heads.q, heads.k, heads.v, d_out, heads.mask, **with_bias,
+                                        check_input=False)  # eq-ch5-dv to eq-ch5-dk
     # backward of step 2, split heads
-    dq = split_heads_backward(dq)  # eq-ch5-heads: (..., h, n, d_k) -> (..., n, h d_k)
-    dk = split_heads_backward(dk)  # (..., h, m, d_k) -> (..., m, h d_k)
-    dv = split_heads_backward(dv)  # (..., h, m, d_v) -> (..., m, h d_v)
+    dq = split_heads_backward(dq, check_input=False)  # eq-ch5-heads: (..., h, n, d_k) -> (..., n, h d_k)
+    dk = split_heads_backward(dk, check_input=False)  # (..., h, m, d_k) -> (..., m, h d_k)
+    dv = split_heads_backward(dv, check_input=False)  # (..., h, m, d_v) -> (..., m, h d_v)
     # backward of step 1, the three input projections
     dx_q, dw_q, db_q = _project_backward(x_q, params.w_q, dq, params.b_q is not None)  # eq-ch5-proj
     dx_k, dw_k, db_k = _project_backward(x_k, params.w_k, dk, params.b_k is not None)  # eq-ch5-proj
@@ -287,77 +303,3 @@ def mha_backward(x_q, x_k, x_v, params, d_y, mask=None, bias=None, *, bias_grad=
         dx_q, dx_k, dx_v, dparams = dx_q.astype(dtype), dx_k.astype(dtype), dx_v.astype(dtype), dparams.astype(dtype)
         d_bias = [g.astype(dtype) for g in d_bias]
     return (dx_q, dx_k, dx_v, dparams, *d_bias)
-
-
-def grads_from_torch(module):
-    """The gradients autograd stored in a ``torch.nn.MultiheadAttention`` (``.grad``), as an ``MHAParams``.
-
-    torch keeps ``in_proj_weight`` (3 d_model, d_model), used as ``x @ W.T``.
-    Our weights are a fixed rearrangement of torch's (blocks, transposed), and
-    the gradient of a rearranged array is the gradient rearranged the same way,
-    so ``params_from_torch`` applied to the gradients gives ours.
-    """
-    import torch  # imported here so that the package needs only numpy
-
-    if not isinstance(module, torch.nn.MultiheadAttention):
-        raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
-    missing = [name for name, p in module.named_parameters() if p.grad is None]
-    if missing:
-        raise ValueError(f"these parameters have no gradient (call backward first): {', '.join(missing)}")
-    holder = copy.deepcopy(module)
-    with torch.no_grad():
-        for slot, p in zip(holder.parameters(), module.parameters()):
-            slot.copy_(p.grad)
-    return params_from_torch(holder)
-
-
-# ---------------------------------------------------------------- the independent check
-
-
-def gradcheck(f, x, d_out=None, eps=1e-6):
-    """Numerical gradient of L(x) = sum(f(x) * d_out) by central finite differences (eq-ch5-central).
-
-    Each entry of ``x`` is moved by ±eps in turn: ∂L/∂x_i ≈ (L(x + eps e_i) − L(x − eps e_i)) / (2 eps).
-    The error is about eps² |L'''| / 6 (truncation) plus about ε_machine |L| / eps
-    (round-off). For eps = 1e-6 in float64 and a smooth f the round-off term
-    dominates, near 1e-10 relative, while truncation is near 1e-13.
-
-    Parameters
-    ----------
-    f : callable, array -> array
-        The function to differentiate; it must accept an array shaped like ``x``.
-    x : array_like, any shape (converted to float64)
-    d_out : array_like, shape of f(x), optional
-        The weights of the loss; default all ones, L = sum(f(x)).
-    eps : float
-        The step.
-
-    Returns
-    -------
-    ndarray, shape of x
-        The numerical ∂L/∂x, to compare with an analytic gradient.
-
-    Examples
-    --------
-    >>> gradcheck(lambda x: x ** 3, np.array([1.0, 2.0])).round(6)     # 3 x²
-    array([ 3., 12.])
-    """
-    x = np.array(x, dtype=np.float64)  # a private copy, moved entry by entry
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
-    y = np.asarray(f(x))
-    d_out = np.ones_like(y, dtype=np.float64) if d_out is None else _check_same_shape(d_out, "d_out", y.shape, "f(x)")
-
-    def loss():
-        return float(np.sum(np.asarray(f(x)) * d_out))
-
-    grad = np.zeros_like(x)
-    for i in np.ndindex(*x.shape):
-        saved = x[i]
-        x[i] = saved + eps
-        up = loss()
-        x[i] = saved - eps
-        down = loss()
-        x[i] = saved
-        grad[i] = (up - down) / (2 * eps)  # eq-ch5-central
-    return grad

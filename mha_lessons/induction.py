@@ -28,42 +28,25 @@ repeated segment, V vocabulary, h heads per layer, d_model width.
 """
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from ._checks import require_positive_int
 from .attention import causal_mask
 from .grads import _project_backward, mha_backward
+from .learning import EmbeddedModel, cross_entropy, train_with_adam
 from .multihead import MHAParams, _project, init_params, multihead_attention
-from .training import adam_step, cross_entropy
 
 
 @dataclass
-class TwoLayerModel:
+class TwoLayerModel(EmbeddedModel):
     """Parameters: embeddings E (V, d_model) and P (n, d_model), two attention layers, an unembedding W_U, b_U."""
 
-    embed: np.ndarray
-    pos: np.ndarray
     attn1: MHAParams
     attn2: MHAParams
     w_u: np.ndarray
     b_u: np.ndarray
-
-    @property
-    def vocab(self):
-        return self.embed.shape[0]
-
-    @property
-    def n(self):
-        return self.pos.shape[0]
-
-    def arrays(self):
-        """Every parameter array by name (``attn1.w_q``, ...): the arrays themselves, not copies."""
-        named = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("attn")}
-        for layer in ("attn1", "attn2"):
-            named.update({f"{layer}.{name}": a for name, a in getattr(self, layer).arrays().items()})
-        return named
 
 
 def init_two_layer(vocab, n, d_model, num_heads=1, *, seed=0):
@@ -150,7 +133,7 @@ def forward(model, tokens, *, ablate_layer1_in_keys=False):
     >>> logits.shape, w1.shape, w2.shape
     ((3, 6, 5), (3, 2, 6, 6), (3, 2, 6, 6))
     """
-    tokens = _check_tokens(model, tokens)
+    tokens = model.check_tokens(tokens)
     mask = causal_mask(model.n)
     x0 = model.embed[tokens] + model.pos  # (B, n) -> (B, n, d_model)
     y1, weights1 = multihead_attention(x0, x0, x0, model.attn1, mask)
@@ -181,7 +164,7 @@ def loss_and_grads(model, tokens):
     >>> grads.attn2.w_k.shape, grads.pos.shape
     ((8, 8), (6, 8))
     """
-    tokens = _check_tokens(model, tokens)
+    tokens = model.check_tokens(tokens)
     mask = causal_mask(model.n)
     # forward
     x0 = model.embed[tokens] + model.pos  # (B, n, d_model)
@@ -207,16 +190,8 @@ def previous_token_score(weights, half):
     """Mean weight of each head on the previous token, at the queries of the first copy (1 .. L - 1).
 
     Those are the positions whose keys the induction head reads: what the
-    previous-token head writes there is what composition needs.
-
-    Parameters
-    ----------
-    weights : ndarray, (B, h, n, n)
-    half : ndarray of int, (B,)
-
-    Returns
-    -------
-    ndarray, (h,)
+    previous-token head writes there is what composition needs. ``weights`` (B, h, n, n),
+    ``half`` (B,) -> (h,).
     """
     i = np.arange(weights.shape[-1])[None, :]  # (1, n)
     first = (i >= 1) & (i <= np.asarray(half)[:, None] - 1)  # (B, n)
@@ -228,16 +203,8 @@ def induction_score(weights, half):
     """Mean weight of each head, at the queries of the second copy, on the token after the earlier occurrence.
 
     Query i of the second copy (L <= i <= 2 L - 2) holds the same token as
-    position i - L; the token that followed it sits at key i - L + 1.
-
-    Parameters
-    ----------
-    weights : ndarray, (B, h, n, n)
-    half : ndarray of int, (B,)
-
-    Returns
-    -------
-    ndarray, (h,): averaged over every such query of every sequence
+    position i - L; the token that followed it sits at key i - L + 1. ``weights`` (B, h, n, n),
+    ``half`` (B,) -> (h,), averaged over every such query of every sequence.
     """
     second, _ = copy_positions(half, weights.shape[-1])  # (B, n)
     b, i = np.nonzero(second)  # the (sequence, query) pairs
@@ -281,14 +248,11 @@ def train_two_layer(model, steps, *, batch=32, lr=1e-2, seed=0, eval_every=50, e
         history["previous"].append(previous_token_score(weights1, half).tolist())  # (h,)
         history["induction"].append(induction_score(weights2, half).tolist())  # (h,)
 
-    params, state = model.arrays(), {}
-    evaluate(0)
-    for step in range(1, steps + 1):
-        tokens, _ = repeated_sequences(batch, model.n, model.vocab, seed=np.random.SeedSequence([seed, 1, step]))
-        _, grads = loss_and_grads(model, tokens)
-        adam_step(params, grads.arrays(), state, lr)
-        if step % eval_every == 0 or step == steps:
-            evaluate(step)
+    def batch_at(step):  # a fresh batch at every step: its tokens only
+        return repeated_sequences(batch, model.n, model.vocab, seed=np.random.SeedSequence([seed, 1, step]))[:1]
+
+    train_with_adam(model, steps, batch_at=batch_at, loss_and_grads=loss_and_grads, evaluate=evaluate, lr=lr,
+                    eval_every=eval_every)
     return history
 
 
@@ -331,13 +295,3 @@ def induction_run(seed, **overrides):
                "induction": history["induction"][-1][0], "ablated_induction": float(induction_score(weights2, half)[0]),
                "ablated_loss_second": half_losses(logits, held_out, half)[1]}
     return model, history, summary
-
-
-def _check_tokens(model, tokens):
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer) or tokens.shape[1] != model.n:
-        raise ValueError(f"tokens must be a (B, n = {model.n}) array of integers, got shape {tokens.shape} and "
-                         f"dtype {tokens.dtype}")
-    if tokens.size and (tokens.min() < 0 or tokens.max() >= model.vocab):
-        raise ValueError(f"tokens must lie in 0 .. {model.vocab - 1}, got values {tokens.min()} .. {tokens.max()}")
-    return tokens

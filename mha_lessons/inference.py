@@ -1,4 +1,4 @@
-"""Attention at inference time: a key/value cache for decoding, and grouped-query attention.
+"""Attention at inference time: a key/value cache for decoding, and what it costs (chapter 9).
 
 Axis names (as in ``attention.py`` and ``multihead.py``):
 
@@ -15,9 +15,8 @@ Axis names (as in ``attention.py`` and ``multihead.py``):
     d_model   width of a token vector entering and leaving the layer
     d_k       width of one head (also used for the value width)
 
-Query head i reads key/value head ``i // g``: heads 0..g-1 share key/value head 0,
-the next g heads share key/value head 1, and so on (the order of
-``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``).
+Grouped-query attention, in which g query heads share a key/value head, is in ``gqa.py``
+(``grouped_query_attention``, ``check_kv_heads``, ``gqa_param_count`` are reachable here too).
 """
 
 from dataclasses import dataclass
@@ -25,34 +24,12 @@ from typing import Optional
 
 import numpy as np
 
-from ._checks import as_float_array, broadcast_batch, check_mask, check_num_heads, require_ndim, require_positive_int
-from .attention import scaled_dot_product_attention
-from .masks import position_mask
-from .complexity import param_count, stage_flops
-from .multihead import _check_layer_inputs, combine_heads, mix_heads, project_heads
+from ._checks import as_float_array, check_num_heads, require_ndim, require_positive_int, require_positive_ints
+from .complexity import stage_flops
+from .gqa import check_kv_heads, gqa_param_count, grouped_query_attention  # noqa: F401  (reachable here as before)
+from .multihead import check_layer_inputs, combine_heads, mix_heads, project_heads
 from .position import rotary
-
-
-def _positive_ints(**values):
-    for name, value in values.items():
-        require_positive_int(value, name)
-
-
-def check_kv_heads(num_heads, num_kv_heads):
-    """Raise ValueError unless ``num_kv_heads`` is a positive integer that divides ``num_heads``.
-
-    >>> check_kv_heads(8, 2)
-    >>> check_kv_heads(8, 3)
-    Traceback (most recent call last):
-    ...
-    ValueError: h = 8 query heads cannot be shared out among h_kv = 3 key/value heads: h_kv must divide h
-    """
-    _positive_ints(num_heads=num_heads, num_kv_heads=num_kv_heads)
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"h = {num_heads} query heads cannot be shared out among h_kv = {num_kv_heads} key/value heads: "
-            f"h_kv must divide h"
-        )
+from .position_masks import position_mask
 
 
 # ---------------------------------------------------------------- the cache
@@ -213,7 +190,7 @@ def decode_step(x_new, params, cache=None, *, rope_base=None, window=None):
     >>> bool(np.allclose(np.concatenate([y0, y1, y2]), full)), cache.k.shape
     (True, (2, 3, 4))
     """
-    x_new, _, _, _ = _check_layer_inputs(x_new, x_new, x_new, params, None)
+    x_new, _, _, _, _ = check_layer_inputs(x_new, x_new, x_new, params)  # once, here: the steps trust it
     s = x_new.shape[-2]
     # step 1, for the new tokens only: project and split into heads (chapter 3's steps 1-2),
     # (..., s, d_model) -> (..., h, s, d_k) and (..., h, s, d_v)
@@ -231,120 +208,12 @@ def decode_step(x_new, params, cache=None, *, rope_base=None, window=None):
     # step 3: new token i sits at position t - s + i and sees positions 0 .. t - s + i (the causal mask
     # aligned bottom-right), and with a window only the last `window` of them
     mask = position_mask(new_positions, seen.positions, window=cache.window)  # (s, t)
-    out, _ = grouped_query_attention(q, seen.k, seen.v, mask)  # (..., h, s, d_v)
+    out, _ = grouped_query_attention(q, seen.k, seen.v, mask, check_input=False)  # (..., h, s, d_v)
     # step 4: heads side by side, (..., h, s, d_v) -> (..., s, h d_v), then W_O (chapter 3's steps 4-5)
-    return mix_heads(combine_heads(out), params), cache.append(k, v)
-
-
-# ---------------------------------------------------------------- grouped-query attention
-
-def grouped_query_attention(q, k, v, mask=None):
-    """Attention in which groups of g = h / h_kv query heads share one key/value head.
-
-    Query head i attends with key/value head ``i // g``. h_kv = h is ordinary
-    multi-head attention (every head has its own keys and values), h_kv = 1 is
-    multi-query attention (all heads share one).
-
-    Parameters
-    ----------
-    q : array_like, (..., h, n, d_k)
-    k : array_like, (..., h_kv, m, d_k)
-    v : array_like, (..., h_kv, m, d_v)
-        h_kv must divide h.
-    mask : array_like of bool, broadcastable to (..., h, n, m), optional
-        True where query i may attend to key j (an (n, m) mask serves every
-        head). Read by broadcasting, a layer-style (B, n, m) mask is taken for
-        one mask per head (h, n, m); when B = h that would be silently wrong,
-        so a three-axis mask whose first axis is both B and h is refused. Give
-        it its head axis: (B, 1, n, m) for one mask per sequence.
-
-    Returns
-    -------
-    out : ndarray, (..., h, n, d_v)
-    weights : ndarray, (..., h, n, m)
-
-    Examples
-    --------
-    >>> rng = np.random.default_rng(0)
-    >>> q = rng.normal(size=(4, 3, 2))            # h = 4 query heads, n = 3, d_k = 2
-    >>> k = rng.normal(size=(2, 5, 2))            # h_kv = 2 key/value heads, m = 5
-    >>> out, w = grouped_query_attention(q, k, k)
-    >>> out.shape, w.shape
-    ((4, 3, 2), (4, 3, 5))
-    >>> same = scaled_dot_product_attention(q[1], k[0], k[0])[0]  # head 1 reads 1 // 2
-    >>> bool(np.allclose(out[1], same))
-    True
-    """
-    q, k, v = as_float_array(q, "q"), as_float_array(k, "k"), as_float_array(v, "v")
-    require_ndim(q, "q", 3, "(..., h, n, d_k)")
-    require_ndim(k, "k", 3, "(..., h_kv, m, d_k)")
-    require_ndim(v, "v", 3, "(..., h_kv, m, d_v)")
-    *_, h, n, d_k = q.shape
-    *_, h_kv, m, _ = k.shape
-    if v.shape[-3] != h_kv:
-        raise ValueError(f"k has h_kv = {h_kv} heads (shape {k.shape}) "
-                         f"but v has {v.shape[-3]} (shape {v.shape})")
-    check_kv_heads(h, h_kv)
-    if k.shape[-1] != d_k:
-        raise ValueError(f"query and key widths differ: "
-                         f"q has shape {q.shape}, k has shape {k.shape}")
-    if v.shape[-2] != m:
-        raise ValueError(f"keys and values differ in length: "
-                         f"k has shape {k.shape}, v has shape {v.shape}")
-    batch = broadcast_batch({"q": q.shape[:-3], "k": k.shape[:-3], "v": v.shape[:-3]})
-    g = h // h_kv
-    # (..., h, n, d_k) -> (..., h_kv, g, n, d_k)
-    q = q.reshape(q.shape[:-3] + (h_kv, g, n, d_k))
-    # (..., h_kv, m, d_k) -> (..., h_kv, 1, m, d_k): broadcast over the g query heads
-    k = k[..., None, :, :]
-    v = v[..., None, :, :]  # (..., h_kv, m, d_v) -> (..., h_kv, 1, m, d_v)
-    if mask is not None:
-        if np.ndim(mask) == 3 and batch and np.shape(mask)[0] == h == batch[-1] > 1:
-            raise ValueError(f"a mask of shape {np.shape(mask)} is ambiguous for q of shape {batch + (h, n, d_k)}, "
-                             f"where B = h = "
-                             f"{h}: it would be read as one mask per head (h, n, m), not per sequence (B, n, m); "
-                             f"give it a head axis, e.g. mask[:, None] for one mask per sequence, (B, 1, n, m)")
-        mask = check_mask(mask, batch + (h, n, m))
-        # (n, m) -> (1, n, m): give the mask a head axis
-        mask = mask.reshape((1,) * max(0, 3 - mask.ndim) + mask.shape)
-        if mask.shape[-3] == h:  # one mask per query head
-            # (..., h, n, m) -> (..., h_kv, g, n, m)
-            mask = mask.reshape(mask.shape[:-3] + (h_kv, g) + mask.shape[-2:])
-        else:  # one mask for all heads
-            # (..., 1, n, m) -> (..., 1, 1, n, m)
-            mask = mask.reshape(mask.shape[:-3] + (1, 1) + mask.shape[-2:])
-    # out (..., h_kv, g, n, d_v), weights (..., h_kv, g, n, m)
-    out, weights = scaled_dot_product_attention(q, k, v, mask)
-    # merge the groups back: (..., h_kv, g, n, ·) -> (..., h, n, ·)
-    out = out.reshape(out.shape[:-4] + (h,) + out.shape[-2:])
-    weights = weights.reshape(weights.shape[:-4] + (h, n, m))
-    return out, weights
+    return mix_heads(combine_heads(out, check_input=False), params), cache.append(k, v)
 
 
 # ---------------------------------------------------------------- what it costs
-
-def gqa_param_count(d_model, num_heads, num_kv_heads, *, bias=True):
-    """Learnable numbers of one attention layer with ``num_kv_heads`` key/value heads.
-
-    W_Q and W_O stay ``(d_model, d_model)``; W_K and W_V shrink to
-    ``(d_model, h_kv d_k)``, each losing ``(h - h_kv) d_k`` columns of
-    ``d_model`` weights (and one bias each). Computed from
-    ``complexity.param_count``, so h_kv = h gives exactly its count.
-
-    Examples
-    --------
-    >>> gqa_param_count(512, 8, 8) == param_count(512, 8)
-    True
-    >>> gqa_param_count(512, 8, 1, bias=False)        # 2 * 512² + 2 * 512 * 64
-    589824
-    """
-    check_num_heads(d_model, num_heads)
-    check_kv_heads(num_heads, num_kv_heads)
-    d_k = d_model // num_heads
-    missing_columns = 2 * (num_heads - num_kv_heads) * d_k  # of W_K and W_V together
-    per_column = d_model + (1 if bias else 0)  # a column of weights and its bias
-    return param_count(d_model, num_heads, bias=bias) - missing_columns * per_column
-
 
 def kv_cache_bytes(seq_len, num_layers, num_kv_heads, d_k, *, batch=1, dtype="float16", d_v=None):
     """Bytes of the key/value cache of a model: batch · layers · h_kv · seq_len · (d_k + d_v) numbers.
@@ -373,7 +242,7 @@ def kv_cache_bytes(seq_len, num_layers, num_kv_heads, d_k, *, batch=1, dtype="fl
     384
     """
     d_v = d_k if d_v is None else d_v
-    _positive_ints(seq_len=seq_len, num_layers=num_layers, num_kv_heads=num_kv_heads, d_k=d_k, d_v=d_v, batch=batch)
+    require_positive_ints(seq_len=seq_len, num_layers=num_layers, num_kv_heads=num_kv_heads, d_k=d_k, d_v=d_v, batch=batch)
     numbers = batch * num_layers * num_kv_heads * seq_len * (d_k + d_v)  # keys and values
     return numbers * np.dtype(dtype).itemsize
 
@@ -417,7 +286,7 @@ def decode_flops(t, d_model, num_heads, num_kv_heads=None, *, cached=True, batch
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
     check_num_heads(d_model, num_heads)
     check_kv_heads(num_heads, num_kv_heads)
-    _positive_ints(t=t, batch=batch)
+    require_positive_ints(t=t, batch=batch)
     d_k = d_model // num_heads
     s = 1 if cached else t  # tokens projected, and queries asked, in this step
     return stage_flops(batch=batch, queries=s, keys=t, kv_tokens=s, d_model=d_model, num_heads=num_heads,

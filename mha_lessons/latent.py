@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_float_array, require_positive_int
+from ._checks import as_float_array, require_positive_int, require_shapes
 from .attention import softmax
 from .multihead import MHAParams, combine_heads, split_heads
-from .masks import position_mask
+from .position_masks import position_mask
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,10 +63,8 @@ class MLAParams:
                              f"num_heads = {h} heads of equal width")
         hd_k, hd_v = self.w_q.shape[1], self.w_uv.shape[1]
         expected = {"w_q": (d_model, hd_k), "w_uk": (d_c, hd_k), "w_uv": (d_c, hd_v), "w_o": (hd_v, d_model)}
-        for name, shape in expected.items():
-            if getattr(self, name).shape != shape:
-                raise ValueError(f"{name} has shape {getattr(self, name).shape}, expected {shape} for "
-                                 f"d_model = {d_model}, d_c = {d_c}, h = {h}, d_k = {hd_k // h}, d_v = {hd_v // h}")
+        require_shapes(vars(self), expected,
+                       f"d_model = {d_model}, d_c = {d_c}, h = {h}, d_k = {hd_k // h}, d_v = {hd_v // h}")
 
     @property
     def d_latent(self):

@@ -1,20 +1,11 @@
 """Head parallelism: one multi-head attention layer split across p workers.
 
 Heads do not talk to each other until the output projection, so p workers
-(processes, GPUs) can each compute h / p of them. Worker r holds only its slice
-of the parameters:
-
-    heads     [r h_r, (r + 1) h_r)                      h_r = h / p heads
-    W_Q, W_K  columns [r h_r d_k, (r + 1) h_r d_k)      (d_model, h_r d_k) each
-    W_V       columns [r h_r d_v, (r + 1) h_r d_v)      (d_model, h_r d_v)
-    b_Q, b_K, b_V   the same entries                  (h_r d_k,), (h_r d_k,), (h_r d_v,)
-    W_O       the same ROWS as W_V's columns          (h_r d_v, d_model)
-    b_O       on worker 0 only                        (d_model,)
-
-Its heads' outputs, put side by side, times its rows of W_O give a *partial*
-output of the full shape (..., n, d_model). Because a concatenation times a
-matrix is a sum of blocks, the sum of the p partials is the layer's output:
-one all-reduce (sum) per forward pass. This is the scheme of Shoeybi et al.
+(processes, GPUs) can each compute h / p of them, holding only their slice of
+the parameters (``sharding.py``). A worker's heads' outputs, put side by side,
+times its rows of W_O give a *partial* output of the full shape (..., n, d_model).
+Because a concatenation times a matrix is a sum of blocks, the sum of the p
+partials is the layer's output: one all-reduce (sum) per forward pass. This is the scheme of Shoeybi et al.
 (2019), *Megatron-LM: Training Multi-Billion Parameter Language Models Using
 Model Parallelism*.
 
@@ -27,124 +18,21 @@ Axis names (as in ``multihead.py``), plus
 
 The numpy functions here simulate the workers with a loop over ranks;
 ``distributed.run_distributed`` runs them as real processes with
-``torch.distributed``. Chapter 9 teaches both.
+``torch.distributed``. Chapter 11 teaches both. The shards (``worker_heads``,
+``shard_params``, ...) and the all-reduce with its costs (``ring_allreduce``,
+``allreduce_bytes``, ...) have modules of their own, reachable here too.
 """
-
-from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import is_int, require_positive_int
+from ._checks import require_positive_int
+from .allreduce import (allreduce_bytes, allreduce_time, fit_alpha_beta, ring_allreduce,  # noqa: F401  (reachable here)
+                        ring_holdings, ring_schedule)
 from .complexity import stage_flops
+from .gqa import grouped_query_attention
 from .grads import mha_backward
-from .inference import check_kv_heads, grouped_query_attention
-from .multihead import MHAParams, init_params, multihead_attention
-
-
-def worker_heads(num_heads, num_workers, rank):
-    """The heads that worker ``rank`` of ``num_workers`` computes: a block of h / p consecutive heads.
-
-    Examples
-    --------
-    >>> worker_heads(8, 4, 1)
-    range(2, 4)
-    >>> worker_heads(6, 4, 0)
-    Traceback (most recent call last):
-    ...
-    ValueError: num_workers = p = 4 does not divide num_heads = h = 6: each worker must hold a whole number of heads (h / p = 1.5); choose p among the divisors of h: [1, 2, 3, 6]
-    """
-    require_positive_int(num_heads, "num_heads")
-    require_positive_int(num_workers, "num_workers")
-    if num_heads % num_workers:
-        divisors = [d for d in range(1, num_heads + 1) if num_heads % d == 0]
-        raise ValueError(
-            f"num_workers = p = {num_workers} does not divide num_heads = h = {num_heads}: each worker must hold "
-            f"a whole number of heads (h / p = {num_heads / num_workers:g}); choose p among the divisors of h: "
-            f"{divisors}"
-        )
-    if not is_int(rank) or not 0 <= rank < num_workers:
-        raise ValueError(f"rank must be an integer in [0, num_workers) = [0, {num_workers}), got {rank!r}")
-    per_worker = num_heads // num_workers  # h_r
-    return range(rank * per_worker, (rank + 1) * per_worker)
-
-
-@dataclass
-class ParamShard(MHAParams):
-    """The parameters one worker holds: an ``MHAParams`` of h_r = h / p heads, and where they sit in the layer.
-
-    Its ``w_q, w_k`` (d_model, h_r d_k) and ``w_v`` (d_model, h_r d_v) are its
-    heads' columns of the layer's matrices, ``w_o`` (h_r d_v, d_model) their
-    rows of W_O; ``b_o`` is present on worker 0 only. Being an ``MHAParams``,
-    a shard runs through ``multihead_attention`` like any layer.
-    """
-
-    rank: int = 0
-    num_workers: int = 1
-
-    def __post_init__(self):
-        super().__post_init__()
-        require_positive_int(self.num_workers, "num_workers")
-        if not is_int(self.rank) or not 0 <= self.rank < self.num_workers:
-            raise ValueError(f"rank must be an integer in [0, num_workers) = [0, {self.num_workers}), got {self.rank!r}")
-
-    @property
-    def heads(self):
-        """The layer's heads that this worker computes: [r h_r, (r + 1) h_r)."""
-        return range(self.rank * self.num_heads, (self.rank + 1) * self.num_heads)
-
-
-def shard_params(params, num_workers, rank):
-    """Cut out the parameters that worker ``rank`` of ``num_workers`` needs for its heads.
-
-    Head i owns columns ``[i d_k, (i + 1) d_k)`` of W_Q and W_K and
-    ``[i d_v, (i + 1) d_v)`` of W_V (where its queries, keys and values are
-    made) and the same rows of W_O as of W_V's columns (where its output is
-    read). Worker r's heads are consecutive, so its slices are single blocks.
-
-    The output bias b_O is not a property of any head: it is added once to the
-    sum. If every worker added it, the all-reduce would add it p times, so it
-    lives on worker 0 only (adding it after the all-reduce is equivalent).
-
-    Parameters
-    ----------
-    params : MHAParams
-    num_workers : int, dividing ``params.num_heads``
-    rank : int in [0, num_workers)
-
-    Returns
-    -------
-    ParamShard
-        Copies of the slices, so that a shard does not keep the full matrices alive.
-
-    Examples
-    --------
-    >>> p = init_params(8, 4, seed=0)           # d_model = 8, h = 4, d_k = d_v = 2
-    >>> s = shard_params(p, 2, 1)               # worker 1 of 2: heads 2 and 3
-    >>> s.heads, s.w_q.shape, s.w_o.shape, s.b_o
-    (range(2, 4), (8, 4), (4, 8), None)
-    >>> bool(np.array_equal(s.w_o, p.w_o[4:8, :]))   # rows 4-7 of W_O
-    True
-    """
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be an MHAParams (see init_params), got {type(params).__name__}")
-    heads = worker_heads(params.num_heads, num_workers, rank)
-    qk = slice(heads.start * params.d_k, heads.stop * params.d_k)  # this worker's h_r d_k query/key features
-    vo = slice(heads.start * params.d_v, heads.stop * params.d_v)  # its h_r d_v value features
-
-    def cut(array, index):
-        return None if array is None else array[index].copy()
-
-    every = slice(None)
-    return ParamShard(
-        len(heads),
-        w_q=cut(params.w_q, (every, qk)),  # (d_model, h d_k) -> (d_model, h_r d_k)
-        w_k=cut(params.w_k, (every, qk)),
-        w_v=cut(params.w_v, (every, vo)),  # (d_model, h d_v) -> (d_model, h_r d_v)
-        w_o=cut(params.w_o, (vo, every)),  # (h d_v, d_model) -> (h_r d_v, d_model): ROWS
-        b_q=cut(params.b_q, qk), b_k=cut(params.b_k, qk), b_v=cut(params.b_v, vo),
-        b_o=cut(params.b_o, every) if rank == 0 else None,
-        rank=int(rank), num_workers=int(num_workers),
-    )
+from .multihead import init_params, multihead_attention
+from .sharding import ParamShard, shard_params, worker_heads, worker_kv_heads
 
 
 def partial_output(x_q, x_k, x_v, shard, mask=None):
@@ -254,31 +142,6 @@ def simulate_head_parallel_backward(x_q, x_k, x_v, params, d_y, num_workers, mas
     return dx, shard_grads
 
 
-def worker_kv_heads(num_heads, num_kv_heads, num_workers, rank):
-    """The key/value heads that worker ``rank`` needs when h_kv of them serve h query heads (chapter 8).
-
-    Query head i reads key/value head i // g, g = h / h_kv. With h_kv >= p every
-    worker holds its own key/value heads; with h_kv < p several workers read
-    the same one, and each holds a copy: every key/value head is replicated on
-    p / h_kv workers. Either p divides h_kv or h_kv divides p, so that no
-    worker's block of query heads straddles a group.
-
-    Examples
-    --------
-    >>> [worker_kv_heads(8, 4, 2, r) for r in range(2)]          # h_kv >= p: two each, none shared
-    [range(0, 2), range(2, 4)]
-    >>> [worker_kv_heads(8, 2, 4, r) for r in range(4)]          # h_kv < p: each head on two workers
-    [range(0, 1), range(0, 1), range(1, 2), range(1, 2)]
-    """
-    heads = worker_heads(num_heads, num_workers, rank)
-    check_kv_heads(num_heads, num_kv_heads)
-    if num_kv_heads % num_workers and num_workers % num_kv_heads:
-        raise ValueError(f"with h_kv = {num_kv_heads} key/value heads and p = {num_workers} workers, some "
-                         f"worker's query heads would straddle two groups: p must divide h_kv or h_kv divide p")
-    g = num_heads // num_kv_heads  # query heads per key/value head
-    return range(heads.start // g, (heads.stop - 1) // g + 1)
-
-
 def simulate_gqa_head_parallel(q, k, v, num_workers, mask=None):
     """Grouped-query attention with its query heads split over p workers, simulated by a loop over ranks.
 
@@ -318,230 +181,6 @@ def simulate_gqa_head_parallel(q, k, v, num_workers, mask=None):
     return np.concatenate(outs, axis=-3)  # p times (..., h / p, n, d_v) -> (..., h, n, d_v)
 
 
-# ---------------------------------------------------------------- what it costs
-
-def ring_schedule(num_workers):
-    """Which chunk each worker sends at each step of a ring all-reduce of p chunks.
-
-    Worker r always sends to worker (r + 1) mod p. Steps 0 to p - 2
-    (reduce-scatter): worker r sends chunk (r - s) mod p, and the receiver adds
-    it to its own copy; afterwards worker r holds the full sum of chunk
-    (r + 1) mod p. Steps p - 1 to 2p - 3 (all-gather): worker r passes on a
-    finished chunk, (r + 1 - s') mod p at all-gather step s', and the receiver
-    overwrites its copy.
-
-    Returns
-    -------
-    ndarray of int, (p, 2 (p - 1))
-        ``schedule[r, s]``: the chunk worker r sends at step s.
-
-    Examples
-    --------
-    >>> ring_schedule(3)
-    array([[0, 2, 1, 0],
-           [1, 0, 2, 1],
-           [2, 1, 0, 2]])
-    """
-    require_positive_int(num_workers, "num_workers")
-    p = num_workers
-    r = np.arange(p)[:, None]  # (p, 1) ranks
-    reduce_scatter = (r - np.arange(p - 1)[None, :]) % p  # (p, p - 1)
-    all_gather = (r + 1 - np.arange(p - 1)[None, :]) % p  # (p, p - 1)
-    return np.concatenate([reduce_scatter, all_gather], axis=1)  # (p, 2 (p - 1))
-
-
-def ring_allreduce(arrays, *, history=False):
-    """Sum p equal-shape arrays the way a ring all-reduce does, and count what each worker sends.
-
-    Every worker's array is cut into p chunks (as equal as possible, along the
-    flattened array). At every step all workers send one chunk to their
-    neighbour at the same time, following ``ring_schedule``.
-
-    Parameters
-    ----------
-    arrays : sequence of p array_like, all of the same shape
-        Worker r's input is ``arrays[r]``.
-    history : bool
-        Also return what every worker holds before the first step and after each step.
-
-    Returns
-    -------
-    results : list of p ndarray
-        What each worker holds at the end: the sum of all inputs.
-    sent : ndarray of int, (p,)
-        The number of elements each worker sent.
-    states : ndarray, (2 (p - 1) + 1, p, ...), only with ``history=True``
-        ``states[s, r]``: worker r's array after s steps (``states[0]`` is the input).
-
-    Examples
-    --------
-    >>> results, sent = ring_allreduce([np.arange(6.0), np.ones(6), np.full(6, 10.0)])
-    >>> results[2], sent
-    (array([11., 12., 13., 14., 15., 16.]), array([8, 8, 8]))
-    """
-    p = len(arrays)
-    require_positive_int(p, "the number of arrays")
-    shape = np.shape(arrays[0])
-    if any(np.shape(a) != shape for a in arrays):
-        raise ValueError(f"every worker's array needs the same shape, got {[np.shape(a) for a in arrays]}")
-    buffers = [np.array(a, dtype=float).reshape(-1) for a in arrays]  # worker r's copy, (N,)
-    chunks = np.array_split(np.arange(buffers[0].size), p)  # p index blocks covering 0..N-1
-    schedule = ring_schedule(p)
-    sent = np.zeros(p, dtype=int)
-    states = [np.stack(buffers)]  # (p, N) after 0 steps
-    for step in range(2 * (p - 1)):
-        # all workers send at once: read every message before any receiver changes its buffer
-        messages = [(r, buffers[r][chunks[schedule[r, step]]].copy(), chunks[schedule[r, step]]) for r in range(p)]
-        for r, data, index in messages:
-            receiver = buffers[(r + 1) % p]
-            if step < p - 1:
-                receiver[index] += data  # reduce-scatter: add to the running sum
-            else:
-                receiver[index] = data  # all-gather: copy the finished sum
-            sent[r] += data.size
-        states.append(np.stack(buffers))  # (p, N) after step + 1 steps
-    results = [b.reshape(shape) for b in buffers]
-    if history:
-        return results, sent, np.stack(states).reshape((len(states), p) + shape)  # (steps + 1, p, ...)
-    return results, sent
-
-
-def ring_holdings(num_workers):
-    """Whose terms each worker's copy of each chunk holds, after every step of a ring all-reduce.
-
-    Runs ``ring_allreduce`` on inputs that label each worker: worker r's
-    term is 2**r in every chunk, so a partial sum is a set of workers
-    written in binary.
-
-    Returns
-    -------
-    ndarray of int, (2 (p - 1) + 1, p, p)
-        ``holdings[s, r, c]``: after s steps, the bit mask of the workers whose terms
-        are summed in worker r's copy of chunk c. All p bits set: the complete sum.
-
-    Examples
-    --------
-    >>> holdings = ring_holdings(3)
-    >>> holdings[0].tolist()          # at the start every worker holds its own term only
-    [[1, 1, 1], [2, 2, 2], [4, 4, 4]]
-    >>> holdings[2].tolist()          # after reduce-scatter: worker r has the full sum (7) of chunk r + 1
-    [[1, 7, 5], [3, 2, 7], [7, 6, 4]]
-    >>> bool((holdings[-1] == 7).all())
-    True
-    """
-    require_positive_int(num_workers, "num_workers")
-    p = num_workers
-    labels = [np.full(p, 2.0 ** r) for r in range(p)]  # worker r: 2**r in each of the p one-element chunks
-    _, _, states = ring_allreduce(labels, history=True)  # (2 (p - 1) + 1, p, p)
-    return states.astype(int)
-
-
-def allreduce_time(num_bytes, num_workers, alpha, beta):
-    """The α–β model of a ring all-reduce: 2 (p - 1) α + 2 (p - 1) / p · N / β seconds.
-
-    Each of the 2 (p - 1) steps waits for one message: a fixed latency α
-    (seconds) plus its N / p bytes at the bandwidth β (bytes per second).
-
-    Parameters
-    ----------
-    num_bytes : float or ndarray
-        N, the size of the all-reduced tensor in bytes.
-    num_workers : int
-    alpha : float, seconds per message
-    beta : float, bytes per second
-
-    Returns
-    -------
-    float, or ndarray of the shape of ``num_bytes``: seconds
-
-    Examples
-    --------
-    >>> allreduce_time(1e6, 2, alpha=1e-5, beta=1e9)      # 2 α + 1 MB at 1 GB/s
-    0.00102
-    """
-    require_positive_int(num_workers, "num_workers")
-    if not (alpha >= 0 and beta > 0):
-        raise ValueError(f"allreduce_time needs alpha >= 0 and beta > 0, got alpha = {alpha}, beta = {beta}")
-    p = num_workers
-    time = 2 * (p - 1) * alpha + 2 * (p - 1) / p * np.asarray(num_bytes, dtype=float) / beta
-    return float(time) if time.ndim == 0 else time
-
-
-def fit_alpha_beta(num_bytes, seconds, num_workers):
-    """Fit the α–β model of ``allreduce_time`` to measured all-reduce times, by least squares.
-
-    The model is linear in α and 1/β: t = 2 (p - 1) α + (2 (p - 1) / p · N) (1 / β).
-    Relative errors count equally: each row is divided by its measured time,
-    so that the small messages (which fix α) weigh as much as the large ones
-    (which fix β).
-
-    Parameters
-    ----------
-    num_bytes, seconds : 1-D array_like of the same length (at least 2), sizes and measured times
-    num_workers : int
-
-    Returns
-    -------
-    alpha : float, seconds
-    beta : float, bytes per second
-
-    Examples
-    --------
-    >>> sizes = np.array([8, 1e3, 1e5, 1e7])
-    >>> alpha, beta = fit_alpha_beta(sizes, allreduce_time(sizes, 2, 2e-5, 3e9), 2)
-    >>> round(alpha * 1e6, 6), round(beta / 1e9, 6)
-    (20.0, 3.0)
-    """
-    require_positive_int(num_workers, "num_workers")
-    sizes = np.asarray(num_bytes, dtype=float)
-    times = np.asarray(seconds, dtype=float)
-    if sizes.ndim != 1 or sizes.shape != times.shape or sizes.size < 2:
-        raise ValueError(f"fit_alpha_beta needs two 1-D arrays of the same length >= 2, got shapes "
-                         f"{sizes.shape} and {times.shape}")
-    if num_workers < 2 or np.any(times <= 0) or np.ptp(sizes) == 0:
-        raise ValueError(f"fit_alpha_beta needs p >= 2 workers (got {num_workers}), positive times and at least "
-                         f"two different sizes")
-    p = num_workers
-    design = np.stack([np.full_like(sizes, 2.0 * (p - 1)), 2 * (p - 1) / p * sizes], axis=1)  # (k, 2)
-    (alpha, inverse_beta), *_ = np.linalg.lstsq(design / times[:, None], np.ones_like(times), rcond=None)
-    if inverse_beta <= 0:
-        raise ValueError("the fitted bandwidth is not positive: the times do not grow with the size")
-    return float(alpha), float(1 / inverse_beta)
-
-
-def allreduce_bytes(num_elements, num_workers, itemsize=8):
-    """Bytes each worker sends in a ring all-reduce of N elements: 2 (p - 1) / p * N * itemsize.
-
-    Reduce-scatter and all-gather take p - 1 steps each, and at every step a
-    worker sends one chunk of N / p elements. When p does not divide N the
-    chunks differ by one element and so do the workers; the formula is then
-    their average (which it equals exactly).
-
-    Parameters
-    ----------
-    num_elements : int
-        N, for example B * n * d_model for the output of an attention layer.
-    num_workers : int
-    itemsize : int
-        Bytes per element (8 for float64, 4 for float32, 2 for float16).
-
-    Returns
-    -------
-    float
-
-    Examples
-    --------
-    >>> allreduce_bytes(2 * 5 * 16, 2)      # a (2, 5, 16) float64 tensor, 2 workers: the tensor's size
-    1280.0
-    >>> allreduce_bytes(1000, 1000, 1)      # many workers: nearly twice the tensor
-    1998.0
-    """
-    require_positive_int(num_elements, "num_elements")
-    require_positive_int(num_workers, "num_workers")
-    require_positive_int(itemsize, "itemsize")
-    return 2 * (num_workers - 1) * num_elements * itemsize / num_workers
-
-
 def worker_matmul_flops(n, d_model, num_heads, num_workers, m=None, *, batch=1):
     """Matrix-product FLOPs of one worker's ``partial_output``, counted from the shard's shapes.
 
@@ -563,8 +202,6 @@ def worker_matmul_flops(n, d_model, num_heads, num_workers, m=None, *, batch=1):
     return stage_flops(batch=batch, queries=n, keys=m, kv_tokens=m, d_model=d_model, num_heads=len(heads),
                        num_kv_heads=len(heads), d_k=d_k, d_v=d_k, bias=False)["matmul"]
 
-
-# ---------------------------------------------------------------- real processes
 
 def demo_problem(batch=2, n=5, m=7, d_model=16, num_heads=4, *, dtype="float64", seed=0):
     """The inputs of the distributed demonstration: cross-attention with random biases and a random mask.

@@ -23,9 +23,10 @@ connection: whatever the read-out sees at position i, a head fetched it.
 
 Training uses the package's own gradients: ``grads.mha_backward`` (chapter 5)
 for the attention layer, and short backward passes, each beside its forward,
-for the embeddings, the read-out and the loss. The optimiser is Adam (Kingma
-and Ba, 2015, *Adam: A Method for Stochastic Optimization*) in a few lines of
-numpy. Every random draw is seeded, so a run repeats exactly.
+for the embeddings and the read-out. The loss, Adam and the training loop are
+shared with ``induction.py`` and live in ``learning.py``; the model's parameters
+and inputs are in ``tiny_model.py`` (all reachable here too). Every random draw is seeded, so a run
+repeats exactly.
 
 Axis names (as in ``multihead.py``):
 
@@ -37,168 +38,15 @@ Axis names (as in ``multihead.py``):
     d_model   width of a token vector
 """
 
-import math
-from dataclasses import dataclass, fields
-
 import numpy as np
 
 from .attention import causal_mask
-from .grads import _project_backward, _sum_to_shape, mha_backward
-from .multihead import MHAParams, _project, init_params, multihead_attention
+from .grads import _project_backward, mha_backward
+from .learning import adam_step, cross_entropy, train_with_adam  # noqa: F401  (adam_step: reachable here)
+from .multihead import _project, multihead_attention
 from .task import IGNORE, RELATIONS, distinct_queries, make_task
-
-# ---------------------------------------------------------------- the model
-
-
-@dataclass
-class TinyModel:
-    """Parameters of the tiny model: embeddings, one attention layer, a read-out.
-
-    embed : (V, d_model), pos : (n, d_model), attn : MHAParams,
-    w_out : (d_model, R V), b_out : (R V,); keys_see_tokens : bool; values_see_positions : bool or None,
-    None meaning "the same as keys_see_tokens" (see the module's docstring).
-    """
-
-    embed: np.ndarray
-    pos: np.ndarray
-    attn: MHAParams
-    w_out: np.ndarray
-    b_out: np.ndarray
-    keys_see_tokens: bool = False
-    values_see_positions: bool | None = None
-
-    @property
-    def values_with_positions(self):
-        """True when the values are ``E[tokens] + P``, False when they are ``E[tokens]``."""
-        return self.keys_see_tokens if self.values_see_positions is None else bool(self.values_see_positions)
-
-    @property
-    def vocab(self):
-        return self.embed.shape[0]
-
-    @property
-    def n(self):
-        return self.pos.shape[0]
-
-    @property
-    def num_heads(self):
-        return self.attn.num_heads
-
-    def arrays(self):
-        """Every parameter array by name (the attention's as ``attn.w_q``, ...): the arrays themselves, not copies."""
-        named = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("attn", "keys_see_tokens", "values_see_positions")}
-        named.update({f"attn.{name}": a for name, a in self.attn.arrays().items()})
-        return named
-
-    def size(self):
-        """The number of parameters."""
-        return sum(a.size for a in self.arrays().values())
-
-
-def init_model(vocab, n, d_model, num_heads, *, seed=0, keys_see_tokens=False, values_see_positions=None):
-    """A freshly initialised TinyModel.
-
-    The attention layer is ``init_params(d_model, num_heads, seed=seed + 1)``
-    (PyTorch's initialisation, biases zero). Embeddings are N(0, 1); the
-    read-out is U(-1/√d_model, 1/√d_model) like ``nn.Linear``, its bias zero.
-    No draw depends on ``num_heads``: models with 1 and 2 heads and the same
-    seed start from the same numbers, only cut into heads differently.
-
-    Examples
-    --------
-    >>> m1, m2 = init_model(8, 12, 16, 1), init_model(8, 12, 16, 2)
-    >>> m1.size() == m2.size(), np.array_equal(m1.attn.w_q, m2.attn.w_q)
-    (True, True)
-    """
-    if vocab < 2 or n < 2:
-        raise ValueError(f"init_model needs vocab >= 2 and n >= 2, got vocab = {vocab}, n = {n}")
-    rng = np.random.default_rng(seed)
-    embed = rng.normal(size=(vocab, d_model))
-    pos = rng.normal(size=(n, d_model))
-    bound = 1 / math.sqrt(d_model)
-    w_out = rng.uniform(-bound, bound, size=(d_model, len(RELATIONS) * vocab))
-    b_out = np.zeros(len(RELATIONS) * vocab)
-    return TinyModel(embed, pos, init_params(d_model, num_heads, seed=seed + 1), w_out, b_out, keys_see_tokens,
-                     values_see_positions)
-
-
-def _check_tokens(model, tokens):
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
-        raise ValueError(f"tokens must be a (B, n) array of integers, got shape {tokens.shape} and dtype {tokens.dtype}")
-    if tokens.shape[1] != model.n:
-        raise ValueError(f"tokens has shape {tokens.shape}, but the model has position embeddings for n = {model.n}")
-    if tokens.size and (tokens.min() < 0 or tokens.max() >= model.vocab):
-        raise ValueError(f"tokens must lie in 0 .. {model.vocab - 1}, got values {tokens.min()} .. {tokens.max()}")
-    return tokens
-
-
-def attention_inputs(model, tokens):
-    """What the attention layer reads: ``x_qk`` (queries and keys) and ``x_v`` (values).
-
-    Returns
-    -------
-    x_qk : ndarray, (n, d_model): the positions P; with keys_see_tokens (B, n, d_model), E[tokens] + P
-    x_v : ndarray, (B, n, d_model): the tokens E[tokens]; when the values see positions, E[tokens] + P
-
-    Examples
-    --------
-    >>> model = init_model(vocab=5, n=4, d_model=8, num_heads=2)
-    >>> x_qk, x_v = attention_inputs(model, np.zeros((3, 4), dtype=int))
-    >>> x_qk.shape, x_v.shape, bool(np.all(x_v == model.embed[0]))
-    ((4, 8), (3, 4, 8), True)
-    >>> ablation = init_model(5, 4, 8, 2, keys_see_tokens=True, values_see_positions=False)
-    >>> x_qk, x_v = attention_inputs(ablation, np.zeros((3, 4), dtype=int))
-    >>> x_qk.shape, bool(np.all(x_v == ablation.embed[0]))
-    ((3, 4, 8), True)
-    """
-    tokens_in = model.embed[tokens]  # (B, n) -> (B, n, d_model)
-    both = tokens_in + model.pos  # (B, n, d_model) + (n, d_model)
-    x_qk = both if model.keys_see_tokens else model.pos
-    x_v = both if model.values_with_positions else tokens_in
-    return x_qk, x_v
-
-
-def attention_inputs_backward(model, tokens, dx_qk, dx_v):
-    """Gradients of E and P from those of ``attention_inputs``' two outputs.
-
-    A row of E used at several places (a token that occurs many times)
-    collects the gradients of all of them; P is shared by every sequence.
-
-    Parameters
-    ----------
-    model : TinyModel
-    tokens : ndarray of int, (B, n)
-    dx_qk : ndarray, the shape of x_qk: the gradient that reached the queries and keys, summed
-    dx_v : ndarray, (B, n, d_model): the gradient that reached the values
-
-    Returns
-    -------
-    d_embed : ndarray, (V, d_model)
-    d_pos : ndarray, (n, d_model)
-
-    Examples
-    --------
-    >>> model = init_model(vocab=3, n=2, d_model=2, num_heads=1)
-    >>> d_embed, d_pos = attention_inputs_backward(model, np.array([[1, 1]]), np.ones((2, 2)), np.ones((1, 2, 2)))
-    >>> d_embed                      # token 1 was used twice, tokens 0 and 2 never
-    array([[0., 0.],
-           [2., 2.],
-           [0., 0.]])
-    """
-    d_tokens = dx_v  # (B, n, d_model): what reaches E[tokens]
-    d_pos = np.zeros_like(model.pos)  # (n, d_model)
-    if model.values_with_positions:
-        d_pos = d_pos + dx_v.sum(axis=0)  # x_v = E[tokens] + P: P is shared by the batch, (B, n, d) -> (n, d)
-    if model.keys_see_tokens:
-        d_tokens = d_tokens + dx_qk  # x_qk = E[tokens] + P as well: its gradient reaches both
-        d_pos = d_pos + dx_qk.sum(axis=0)  # (B, n, d_model) -> (n, d_model)
-    else:
-        d_pos = d_pos + _sum_to_shape(dx_qk, model.pos.shape)  # x_qk = P itself, (n, d_model)
-    d_embed = np.zeros_like(model.embed)
-    np.add.at(d_embed, tokens, d_tokens)  # row tokens[b, i] of E receives d_tokens[b, i]
-    return d_embed, d_pos
-
+from .tiny_model import (TinyModel, attention_inputs, attention_inputs_backward,  # noqa: F401  (reachable here)
+                         init_model)
 
 def forward(model, tokens):
     """The model's scores for every relation and token, and every head's attention weights.
@@ -222,49 +70,11 @@ def forward(model, tokens):
     >>> logits.shape, weights.shape
     ((3, 4, 2, 5), (2, 4, 4))
     """
-    tokens = _check_tokens(model, tokens)
+    tokens = model.check_tokens(tokens)
     x_qk, x_v = attention_inputs(model, tokens)
     y, weights = multihead_attention(x_qk, x_qk, x_v, model.attn, causal_mask(model.n))  # y (B, n, d_model)
     logits = _project(y, model.w_out, model.b_out)  # (B, n, d_model) @ (d_model, R V) -> (B, n, R V)
     return logits.reshape(*tokens.shape, len(RELATIONS), model.vocab), weights  # (B, n, R V) -> (B, n, R, V)
-
-
-def cross_entropy(logits, targets):
-    """Mean cross-entropy over the targets that exist, and its gradient with respect to the logits.
-
-    Parameters
-    ----------
-    logits : ndarray, (..., V)
-    targets : ndarray of int, (...), -1 where not scored
-
-    Returns
-    -------
-    loss : float
-        −mean log softmax(logits)[target] over the N scored targets.
-    d_logits : ndarray, (..., V)
-        (softmax(logits) − onehot(target)) / N, zero where not scored.
-
-    Examples
-    --------
-    >>> loss, d = cross_entropy(np.zeros((2, 2)), np.array([0, -1]))
-    >>> round(loss, 4), d                       # log 2 for the one scored target
-    (0.6931, array([[-0.5,  0.5],
-           [ 0. ,  0. ]]))
-    """
-    targets = np.asarray(targets)
-    if logits.shape[:-1] != targets.shape:
-        raise ValueError(f"logits of shape {logits.shape} need targets of shape {logits.shape[:-1]}, "
-                         f"got {targets.shape}")
-    scored = targets != IGNORE  # (...)
-    count = max(int(scored.sum()), 1)
-    shifted = logits - logits.max(axis=-1, keepdims=True)  # (..., V): exp stays finite
-    log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # log softmax, (..., V)
-    index = np.where(scored, targets, 0)[..., None]  # (..., 1); 0 stands in where not scored
-    loss = -np.sum(np.take_along_axis(log_p, index, axis=-1)[..., 0] * scored) / count
-    d_logits = np.exp(log_p)  # the softmax, (..., V)
-    np.put_along_axis(d_logits, index, np.take_along_axis(d_logits, index, axis=-1) - 1, axis=-1)  # − one-hot
-    d_logits = np.where(scored[..., None], d_logits / count, 0.0)  # (..., V); not scored: no gradient
-    return float(loss), d_logits
 
 
 def loss_and_grads(model, tokens, targets):
@@ -290,7 +100,7 @@ def loss_and_grads(model, tokens, targets):
     >>> grads.attn.w_q.shape, grads.embed.shape
     ((4, 4), (4, 4))
     """
-    tokens = _check_tokens(model, tokens)
+    tokens = model.check_tokens(tokens)
     targets = np.asarray(targets)
     if targets.shape != tokens.shape + (len(RELATIONS),):
         raise ValueError(f"targets has shape {targets.shape}; for tokens of shape {tokens.shape} "
@@ -312,36 +122,6 @@ def loss_and_grads(model, tokens, targets):
 
 
 # ---------------------------------------------------------------- training
-
-
-def adam_step(params, grads, state, lr, beta1=0.9, beta2=0.999, eps=1e-8):
-    """One Adam step, in place: each array moves by −lr m̂ / (√v̂ + ε).
-
-    Parameters
-    ----------
-    params, grads : dicts of name -> ndarray (``TinyModel.arrays()``)
-        The parameters are updated in place.
-    state : dict
-        Adam's memory: start with ``{}``; it keeps the step count and, for
-        every array, the running means m of the gradient and v of its square.
-    lr, beta1, beta2, eps : float
-
-    Examples
-    --------
-    >>> p, state = {"w": np.array([1.0, -1.0])}, {}
-    >>> adam_step(p, {"w": np.array([0.5, -2.0])}, state, lr=0.1)   # the first step is lr · sign(g)
-    >>> p["w"]
-    array([ 0.9, -0.9])
-    """
-    state["step"] = step = state.get("step", 0) + 1
-    for name, g in grads.items():
-        m = state.setdefault(("m", name), np.zeros_like(g))
-        v = state.setdefault(("v", name), np.zeros_like(g))
-        m += (1 - beta1) * (g - m)  # m = β1 m + (1 − β1) g
-        v += (1 - beta2) * (g * g - v)  # v = β2 v + (1 − β2) g²
-        m_hat = m / (1 - beta1 ** step)  # both start at 0: undo that bias
-        v_hat = v / (1 - beta2 ** step)
-        params[name] -= lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
 def accuracy(model, tokens, targets, positions=None):
@@ -426,14 +206,11 @@ def train(model, steps, *, segment=4, batch=64, lr=0.01, seed=0, eval_every=25, 
             history[name].append(value)
         history["both_distinct"].append(_accuracy(logits, held_out[1], distinct)["both"])
 
-    params, state = model.arrays(), {}
-    evaluate(0)
-    for step in range(1, steps + 1):
-        tokens, targets = make_task(batch, model.n, model.vocab, segment, seed=np.random.SeedSequence([seed, 1, step]))
-        _, grads = loss_and_grads(model, tokens, targets)
-        adam_step(params, grads.arrays(), state, lr)
-        if step % eval_every == 0 or step == steps:
-            evaluate(step)
+    def batch_at(step):  # a fresh batch at every step: (tokens, targets)
+        return make_task(batch, model.n, model.vocab, segment, seed=np.random.SeedSequence([seed, 1, step]))
+
+    train_with_adam(model, steps, batch_at=batch_at, loss_and_grads=loss_and_grads, evaluate=evaluate, lr=lr,
+                    eval_every=eval_every)
     return history
 
 

@@ -197,7 +197,7 @@ def test_page_in_a_real_browser(site, browser, entry):
 
 
 def panel_pages():
-    """The chapters whose stored outputs hold a precomputed panel (mha_lessons/panels.py)."""
+    """The chapters whose stored outputs hold a precomputed panel (mha_lessons/course/panels.py)."""
     return [entry for entry in ENTRIES if is_notebook(entry) and "mha-panel" in (ROOT / f"{entry}.ipynb").read_text()]
 
 
@@ -315,7 +315,7 @@ def test_axe_finds_no_violation_of_any_impact(site, browser, axe_source, entry):
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_every_figure_has_a_text_alternative_that_is_not_a_file_name(entry):
     """myst-nb takes a figure's alt text from its cell's metadata (mystnb.image.alt) and otherwise writes the
-    image's file name, which axe accepts but tells a reader nothing; the panels (mha_lessons/panels.py) write
+    image's file name, which axe accepts but tells a reader nothing; the panels (mha_lessons/course/panels.py) write
     their own."""
     require_site()
     page = (HTML / f"{entry}.html").read_text()

@@ -315,13 +315,13 @@ def spy_on_the_backward(monkeypatch):
         read.append(x)
         return project(x, w, dy, has_bias)
 
-    def sdpa_spy(q, k, v, d_out, mask=None):
+    def sdpa_spy(q, k, v, d_out, mask=None, bias=None, **options):
         read.extend((q, k, v))
-        return sdpa(q, k, v, d_out, mask)
+        return sdpa(q, k, v, d_out, mask, bias, **options)
 
-    def softmax_spy(weights, d_weights, axis=-1):
+    def softmax_spy(weights, d_weights, axis=-1, **options):
         read.append(weights)
-        return softmax_back(weights, d_weights, axis)
+        return softmax_back(weights, d_weights, axis, **options)
 
     monkeypatch.setattr(grads, "_project_backward", project_spy)
     monkeypatch.setattr(grads, "sdpa_backward", sdpa_spy)

@@ -236,7 +236,7 @@ def test_chapters_are_listed_in_the_order_of_their_numbers():
 # last-digit rounding; peak memory moves with the numpy version): each must assert, in the cell, what
 # the text says of its numbers. "timing" cells time code on the reader's machine and claim nothing that a
 # test could hold (speed targets live in the benchmarks). "panel" cells show a precomputed panel
-# (mha_lessons/panels.py) whose PNG frames' bytes follow the matplotlib and Pillow versions; the cell before
+# (mha_lessons/course/panels.py) whose PNG frames' bytes follow the matplotlib and Pillow versions; the cell before
 # each prints the default state's numbers (chapter 4 asserts them), and tests/test_widgets_*.py check every state. Adding a cell here is a decision:
 # first try to print fewer digits or a measure that does not sit on a knife's edge.
 NOT_COMPARED = {
@@ -278,7 +278,7 @@ def test_the_cells_nbval_does_not_compare_are_the_listed_ones_and_each_asserts_i
             assert asserts, f"{key}: its output is not compared, so the cell must assert what the text claims"
 
 
-# glue (mha_lessons/notebook.py) stores floats to GLUE_DIGITS significant digits; the text may show fewer.
+# glue (mha_lessons/course/notebook.py) stores floats to GLUE_DIGITS significant digits; the text may show fewer.
 GLUE_FORMAT = re.compile(r"\{glue:text\}`([\w-]+)(?::([^`]*))?`")
 
 

@@ -27,8 +27,29 @@ def test_public_api_is_exported():
 
 
 def test_every_submodule_is_an_attribute():
-    for name in M._SUBMODULES:
+    for name in M._LESSONS:
         assert getattr(M, name).__name__ == f"mha_lessons.{name}"
+    for name in M._COURSE:  # the machinery, in course/, answers to its short name too
+        assert getattr(M, name) is getattr(M.course, name), name
+        assert getattr(M, name).__name__ == f"mha_lessons.course.{name}"
+
+
+def test_a_course_module_imported_by_its_short_name_is_the_same_module():
+    code = (
+        "import sys\n"
+        "from mha_lessons.notebook import glue\n"
+        "import mha_lessons.exercises.ch01 as by_alias\n"
+        "import mha_lessons as M\n"
+        "assert by_alias is sys.modules['mha_lessons.course.exercises.ch01']\n"
+        "assert glue is M.course.notebook.glue and M.exercises is M.course.exercises\n"
+        "assert by_alias.__spec__.name == 'mha_lessons.course.exercises.ch01'\n"
+        "copies = {}\n"
+        "for name, module in list(sys.modules.items()):\n"
+        "    if name.startswith('mha_lessons') and getattr(module, '__file__', None):\n"
+        "        copies.setdefault(module.__file__, set()).add(id(module))\n"
+        "assert all(len(ids) == 1 for ids in copies.values()), 'a file loaded twice, as two modules'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_every_exercise_checker_is_imported_by_name_into_exercises():

@@ -1,4 +1,4 @@
-"""The precomputed panels (mha_lessons/panels.py): one frame per grid point, numbers from the package, HTML a
+"""The precomputed panels (mha_lessons/course/panels.py): one frame per grid point, numbers from the package, HTML a
 browser can drive with no kernel. The browser itself is exercised by tests/test_browser.py."""
 
 import base64

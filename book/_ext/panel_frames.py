@@ -1,4 +1,4 @@
-"""The precomputed panels' frames (mha_lessons/panels.py) as image files, loaded when a state is shown.
+"""The precomputed panels' frames (mha_lessons/course/panels.py) as image files, loaded when a state is shown.
 
 A panel cell's stored output carries every frame of its grid as PNG data inside the HTML, which
 keeps it self-contained in Jupyter and Colab. On the website that would make a page's first load

@@ -3,7 +3,7 @@
 Loaded through `sphinx.local_extensions` in _config.yml; it changes nothing in the website: every step
 runs only when the builder writes LaTeX.
 
-- A slider panel (mha_lessons/panels.py) is one HTML output that a page's script drives; LaTeX can print
+- A slider panel (mha_lessons/course/panels.py) is one HTML output that a page's script drives; LaTeX can print
   neither, and myst-nb would fall back to the output's plain text alone. In the PDF the panel prints as the
   figures of the state it shows first (its PNG frames, decoded from the HTML into files next to myst-nb's
   other output images) followed by that plain text, which names the state and its numbers.

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
-from ..complexity import mha_flops, mha_memory
+from ...attention import scaled_dot_product_attention
+from ...complexity import mha_flops, mha_memory
 from ._verdict import Verdict, compare
 
 

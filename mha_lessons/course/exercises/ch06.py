@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from ..attention import causal_mask, padding_mask
-from ..masks import combine_masks, query_padding_mask, to_torch_key_padding_mask
+from ...attention import causal_mask, padding_mask
+from ...masks import combine_masks, query_padding_mask, to_torch_key_padding_mask
 from ._verdict import Verdict, call_learner, compare
 
 
@@ -143,7 +143,7 @@ def check_sliding_window_mask(sliding_window):
 
 def _two_layer_changes(x, x_other, params_1, params_2, first_mask, second_mask):
     """(B, n) boolean: where the output of two self-attention layers differs between ``x`` and ``x_other``."""
-    from ..multihead import multihead_attention
+    from ...multihead import multihead_attention
 
     def stack(inputs):
         y1, _ = multihead_attention(inputs, inputs, inputs, params_1, mask=first_mask)  # (B, n, d_model)
@@ -170,7 +170,7 @@ def check_changed_positions(changed_positions):
     >>> M.exercises.check_changed_positions(changed_positions)
     Right: the filler changes only padded positions while every layer masks it.
     """
-    from ..multihead import init_params
+    from ...multihead import init_params
 
     lengths, n, d_model, h = [5, 3, 4], 5, 8, 2
     rng = np.random.default_rng(6)
@@ -227,7 +227,7 @@ def check_chunk_outputs(chunk_outputs):
     >>> M.exercises.check_chunk_outputs(chunk_outputs)
     Right: new token i stands at position t - s + i and sees keys 0 .. t - s + i.
     """
-    from ..multihead import init_params, multihead_attention
+    from ...multihead import init_params, multihead_attention
 
     d_model, h = 8, 2
     rng = np.random.default_rng(65)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention, softmax
+from ...attention import scaled_dot_product_attention, softmax
 from ._verdict import Verdict, call_learner, compare
 
 

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from ..attention import causal_mask, scaled_dot_product_attention
-from ..blockwise import blockwise_attention_with_lse
+from ...attention import causal_mask, scaled_dot_product_attention
+from ...blockwise import blockwise_attention_with_lse
 from ._verdict import Verdict, call_learner, compare
 
 
@@ -145,17 +145,21 @@ def check_merge_states(merge):
     pairs = [(a, b), (b, a)]
     whole = flat(_state(np.concatenate([s_a, s_b]), np.concatenate([v_a, v_b])))  # all 9 keys as one block
     both = np.concatenate([whole, whole])  # the order of the parts does not matter
+
+    def in_both_orders(rescale_a, rescale_b):  # a mistaken merge of (a, b) and of (b, a), side by side
+        return np.concatenate([merged(x, y, rescale_a, rescale_b) for x, y in pairs])
+
     mistakes = [
-        (np.concatenate([merged(x, y, one, one) for x, y in pairs]),
+        (in_both_orders(one, one),
          "the parts were added without rescaling: part a's sums are relative to s_max_a, so multiply them by "
          "exp(s_max_a - s_max), and part b's by exp(s_max_b - s_max), where s_max = max(s_max_a, s_max_b)."),
-        (np.concatenate([merged(x, y, up, up) for x, y in pairs]),
+        (in_both_orders(up, up),
          "the rescale factors are upside down: a part's sums become relative to s_max when multiplied by "
          "exp(s_max_part - s_max), which is at most 1."),
-        (np.concatenate([merged(x, y, down, one) for x, y in pairs]),
+        (in_both_orders(down, one),
          "only part a was rescaled: part b's sums also need exp(s_max_b - s_max) (it is 1 only when s_max_b "
          "is the larger)."),
-        (np.concatenate([merged(x, y, one, down) for x, y in pairs]),
+        (in_both_orders(one, down),
          "only part b was rescaled: part a's sums also need exp(s_max_a - s_max) (it is 1 only when s_max_a "
          "is the larger)."),
     ]

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from ..attention import causal_mask, softmax
-from ..task import distinct_queries, relation_mask, relation_positions, relation_score
+from ...attention import causal_mask, softmax
+from ...task import distinct_queries, relation_mask, relation_positions, relation_score
 from ._verdict import call_learner, compare
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..attention import softmax
+from ...attention import softmax
 from ._verdict import call_learner, compare
 
 

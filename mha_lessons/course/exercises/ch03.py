@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..lookup import relative_error
-from ..multihead import combine_heads, init_params, multihead_attention, split_heads
+from ...lookup import relative_error
+from ...multihead import combine_heads, init_params, multihead_attention, split_heads
 from ._verdict import Verdict, call_learner, compare
 
 

@@ -22,8 +22,8 @@ import io
 
 import numpy as np
 
-from .task import RELATIONS, distinct_queries, make_task, relation_mask, relation_positions, relation_score
-from .training import forward, head_attention, init_model, train
+from ..task import RELATIONS, distinct_queries, make_task, relation_mask, relation_positions, relation_score
+from ..training import forward, head_attention, init_model, train
 
 CONFIGS = {
     "one": dict(num_heads=1),

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..scaling import dot_product_moments, softmax_jacobian
+from ...scaling import dot_product_moments, softmax_jacobian
 from ._verdict import Verdict, call_learner, compare
 
 

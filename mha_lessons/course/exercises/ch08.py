@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..inference import kv_cache_bytes
+from ...inference import kv_cache_bytes
 from ._verdict import Verdict, call_learner, compare
 
 # The question of exercise 1: the published LLaMA-65B shape (Touvron et al. 2023, "LLaMA: Open and Efficient
@@ -131,8 +131,8 @@ def check_earlier_changed(earlier_changed):
     >>> M.exercises.check_earlier_changed(earlier_changed)
     Right: causal rows stay put; without the mask every earlier row changes.
     """
-    from ..attention import causal_mask
-    from ..multihead import init_params, multihead_attention
+    from ...attention import causal_mask
+    from ...multihead import init_params, multihead_attention
 
     n, d_model, h = 6, 8, 2
     x = np.random.default_rng(81).normal(size=(n, d_model))  # (n, d_model)

@@ -7,8 +7,8 @@ backward formulas (``grads.py``), which the tests compare with torch autograd.
 
 import numpy as np
 
-from ..attention import softmax
-from ..grads import softmax_backward
+from ...attention import softmax
+from ...grads import softmax_backward
 from ._verdict import Verdict, call_learner, compare
 
 

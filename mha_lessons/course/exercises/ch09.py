@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from ..multihead import MHAParams, init_params
-from ..parallel import allreduce_bytes, simulate_head_parallel
+from ...multihead import MHAParams, init_params
+from ...parallel import allreduce_bytes, simulate_head_parallel
 from ._verdict import Verdict, call_learner, compare
 
 
@@ -94,8 +94,8 @@ def check_worker_output(worker_output):
     >>> M.exercises.check_worker_output(worker_output)
     Right: both workers' terms are right, and they add up to the layer's output.
     """
-    from ..attention import scaled_dot_product_attention
-    from ..multihead import combine_heads, split_heads
+    from ...attention import scaled_dot_product_attention
+    from ...multihead import combine_heads, split_heads
 
     rng = np.random.default_rng(4)
     n, d_model, h, p = 5, 16, 4, 2
@@ -146,6 +146,23 @@ def check_worker_output(worker_output):
 SPLIT_QUESTION = dict(B=4, n=2048, m=2048, h=32, d_model=4096)
 
 
+def _split_sizes():
+    """B, n, m, h, d_model and d_k = d_model / h of the question of exercises 3 and 4."""
+    B, n, m, h, d_model = (SPLIT_QUESTION[k] for k in ("B", "n", "m", "h", "d_model"))
+    return B, n, m, h, d_model, d_model // h
+
+
+def _two_numbers(answer, names, expected, what):
+    """The learner's two numbers as a float array, or the Verdict that says they are not two numbers."""
+    try:
+        pair = np.asarray(answer, dtype=float)
+    except (TypeError, ValueError):
+        return Verdict(False, f"give two numbers, ({names}); got {answer!r}.")
+    if answer is None or pair.shape != (2,):
+        return compare(answer, expected, what=what)
+    return pair
+
+
 def check_split_head_counts(counts):
     """Check ``counts = (partial_scores, output_numbers)`` of exercise 4: numbers, not bytes.
 
@@ -157,15 +174,11 @@ def check_split_head_counts(counts):
     >>> M.exercises.check_split_head_counts((4 * 32 * 2048 * 2048, 4 * 2048 * 4096))
     Right: B h n m = 536,870,912 partial scores; B n d_model = 33,554,432 outputs.
     """
-    B, n, m, h, d_model = (SPLIT_QUESTION[k] for k in ("B", "n", "m", "h", "d_model"))
-    d_k = d_model // h
+    B, n, m, h, d_model, d_k = _split_sizes()
     scores, output = B * h * n * m, B * n * d_model
-    try:
-        pair = np.asarray(counts, dtype=float)
-    except (TypeError, ValueError):
-        return Verdict(False, f"give two numbers, (partial_scores, output_numbers); got {counts!r}.")
-    if counts is None or pair.shape != (2,):
-        return compare(counts, [scores, output], what="counts")
+    pair = _two_numbers(counts, "partial_scores, output_numbers", [scores, output], "counts")
+    if isinstance(pair, Verdict):
+        return pair
     if np.allclose(pair, [output, scores], rtol=1e-9):
         return Verdict(False, "the two counts are swapped: partial scores first, then the output.")
     bytes_ = "this counts bytes; count the numbers (elements)."
@@ -205,15 +218,11 @@ def check_split_head_work(flops):
     >>> M.exercises.check_split_head_work((work, work))
     Right: 2 B n m d_k = 4,294,967,296 FLOPs at p = h, and the same at p = 2h: twice the workers, no less score work each.
     """
-    B, n, m, h, d_model = (SPLIT_QUESTION[k] for k in ("B", "n", "m", "h", "d_model"))
-    d_k = d_model // h
+    B, n, m, h, d_model, d_k = _split_sizes()
     work = 2 * B * n * m * d_k
-    try:
-        pair = np.asarray(flops, dtype=float)
-    except (TypeError, ValueError):
-        return Verdict(False, f"give two numbers, (at_p_equal_h, at_p_equal_2h); got {flops!r}.")
-    if flops is None or pair.shape != (2,):
-        return compare(flops, [work, work], what="flops")
+    pair = _two_numbers(flops, "at_p_equal_h, at_p_equal_2h", [work, work], "flops")
+    if isinstance(pair, Verdict):
+        return pair
     mistakes = [
         (work / 2, "a multiply-add is 2 FLOPs: the scores of one head take 2 B n m d_k."),
         (2 * n * m * d_k, "the batch is missing: each of the B sequences has its own scores."),
