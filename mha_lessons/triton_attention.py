@@ -43,29 +43,12 @@ and a call raises ``KernelUnavailable``, whose message says so in one sentence.
 from __future__ import annotations  # annotations stay text: the kernel's ``tl.constexpr`` needs no Triton to import
 
 import math
-import os
 import platform
-import sys
 
 import torch
 
 from ._torch_checks import check_kernel_inputs, check_tiles
-
-# Triton decides once, when it is imported, whether its kernels are compiled or interpreted (its own library
-# functions, tl.zeros or tl.max, are kernels too). Without a CUDA GPU only the interpreter can run them, so on
-# such a machine this module asks for it before importing Triton, unless the choice was already made.
-if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-try:
-    import triton
-    import triton.language as tl
-
-    jit = triton.jit  # compiles a kernel for the GPU, or hands it to the interpreter under TRITON_INTERPRET=1
-except ImportError:  # not Linux x86-64: the kernel stays a plain function, and calls say what is missing
-    triton = tl = None
-
-    def jit(fn):
-        return fn
+from ._triton_runtime import KernelUnavailable, default_tiles, jit, tl, triton  # noqa: F401 (public names)
 
 HEAD_WIDTHS = (16, 32, 64, 128)  # tl.dot needs >= 16, tl.arange a power of two; the tiles are sized for <= 128
 
@@ -134,10 +117,6 @@ def blockwise_attention_kernel(Q, K, V, O, LSE,  # pointers to the first number 
 # ---------------------------------------------------------------- launching it
 
 
-class KernelUnavailable(RuntimeError):
-    """The kernel cannot run on this machine or on these tensors; the message says why, in one sentence."""
-
-
 def where_it_runs(device):
     """``"compiled"`` (a GPU kernel) or ``"interpreter"`` (Triton's interpreter): how tensors on ``device`` run.
 
@@ -160,22 +139,6 @@ def where_it_runs(device):
                                 "CPU: move them with .cuda(), or start Python with TRITON_INTERPRET=1 (or import "
                                 "this module before Triton on a machine without a GPU) to interpret the kernel")
     return "compiled"
-
-
-def default_tiles(d_k, dtype, device):
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for head width ``d_k`` and input type ``dtype`` on ``device``.
-
-    Under the interpreter a tile's size only sets how many numpy steps run; on a GPU it sets how much work a
-    program holds on chip (float32 tiles take twice the on-chip memory of 16-bit ones). The GPU values are
-    starting points from Triton's fused-attention tutorial; ``benchmarks/bench_gpu.py`` tunes them on an H100
-    and records its choice.
-    """
-    device = torch.device(device)
-    if device.type != "cuda":
-        return 32, 32, 4, 1
-    if dtype == torch.float32 or torch.cuda.get_device_capability(device) < (8, 0):  # T4: 64 KB per block
-        return (64, 32, 4, 2) if d_k > 64 else (64, 64, 4, 2)
-    return (128, 64, 8, 3) if d_k > 64 else (128, 64, 4, 3)
 
 
 def attention_forward(q, k, v, *, causal=False, scale=None, tiles=None):
