@@ -89,7 +89,7 @@ def test_position_vectors_draws_the_matrix_on_a_fixed_scale_from_minus_one_to_on
     ax = M.plotting.position_vectors(P, title="positions")
     np.testing.assert_array_equal(ax.images[0].get_array(), P)
     assert ax.images[0].get_clim() == (-1.0, 1.0)  # the same colours for any n and d_model
-    assert ax.get_ylabel() == "position t" and ax.get_title() == "positions"
+    assert ax.get_ylabel() == "position i" and ax.get_title() == "positions"
     assert len(ax.figure.axes) == 2  # the picture and its colour bar
     with pytest.raises(ValueError, match=r"\(n, d_model\) matrix, got shape \(8,\)"):
         M.plotting.position_vectors(P[0])

@@ -76,7 +76,7 @@ def check_band_mask(mask, n=5):
 
     >>> import numpy as np, mha_lessons as M
     >>> M.exercises.check_band_mask(np.abs(np.arange(5)[:, None] - np.arange(5)) <= 1)
-    Right: each token sees itself and its two neighbours.
+    Right: each token sees itself and its immediate neighbours (just one at each end).
     """
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]  # (n, 1) query positions, (1, n) key positions
     expected = np.abs(i - j) <= 1  # (n, n)
@@ -91,7 +91,7 @@ def check_band_mask(mask, n=5):
         ((i - j <= 1) & (j <= i), "this looks only backward: a token sees the neighbour after it too."),
     ]
     return compare(mask_array, expected, mistakes, what="the mask",
-                   right="each token sees itself and its two neighbours.")
+                   right="each token sees itself and its immediate neighbours (just one at each end).")
 
 
 def _attention_inputs():
