@@ -1,243 +1,177 @@
-"""Checkers for chapter 9 (heads across processes)."""
+"""Checkers for chapter 8 (attention at inference time: the key/value cache, multi-query and grouped-query attention)."""
 
 import numpy as np
 
-from ...multihead import MHAParams, init_params
-from ...parallel import allreduce_bytes, simulate_head_parallel
+from ...inference import kv_cache_bytes
 from ._verdict import Verdict, call_learner, compare
 
-
-def check_w_o_rows(w_o_rows):
-    """Check ``w_o_rows(w_o, num_heads, num_workers, rank)``: the part of W_O (d_model, d_model) a worker needs.
-
-    Called with d_model = 12, h = 6, p = 3 and rank 1, so the right answer is rows 4 to 7 (heads 2 and 3,
-    d_k = 2). The mistakes it recognises: columns instead of rows (also transposed), one head's rows instead
-    of the worker's h / p heads, heads dealt out in turn instead of in blocks, and a neighbour's rows.
-
-    >>> import mha_lessons as M
-    >>> M.exercises.check_w_o_rows(lambda w_o, h, p, r: w_o[r * 4:(r + 1) * 4])
-    Right: worker 1 of 3 reads rows 4 to 7 of W_O, the outputs of its heads 2 and 3.
-    """
-    d_model, h, p, rank = 12, 6, 3, 1
-    d_k, per_worker = d_model // h, h // p
-    w_o = np.random.default_rng(9).normal(size=(d_model, d_model))
-    answer, failure = call_learner(w_o_rows, w_o.copy(), h, p, rank, name="w_o_rows")
-    if failure is not None:  # a Verdict is false when it reports a mistake
-        return failure
-    rows = slice(rank * per_worker * d_k, (rank + 1) * per_worker * d_k)  # rows 4..7
-    interleaved = np.concatenate([w_o[i * d_k:(i + 1) * d_k] for i in range(rank, h, p)])  # heads 1 and 4
-    mistakes = [
-        (w_o[:, rows], "these are columns of W_O; a head's output is read by ROWS of W_O (it multiplies from "
-                       "the left: concat(heads) @ W_O), so take w_o[rows, :]."),
-        (w_o[:, rows].T, "these are columns of W_O, transposed; a head's output is read by ROWS of W_O."),
-        (w_o[rank * d_k:(rank + 1) * d_k], "these are the rows of one head (d_k rows); the worker holds "
-                                           "h / p heads, so it needs h / p * d_k rows."),
-        (interleaved, "these are the rows of heads 1 and 4 (heads dealt out in turn); here worker r holds the "
-                      "consecutive block of heads r * h/p to (r + 1) * h/p - 1."),
-        (w_o[(rank + 1) * per_worker * d_k:(rank + 2) * per_worker * d_k],
-         "these are the rows of worker 2, the next worker: ranks count from 0."),
-        (w_o[(rank - 1) * per_worker * d_k:rank * per_worker * d_k],
-         "these are the rows of worker 0, the previous worker."),
-    ]
-    return compare(answer, w_o[rows], mistakes, what="the rows you returned",
-                   right="worker 1 of 3 reads rows 4 to 7 of W_O, the outputs of its heads 2 and 3.")
+# The question of exercise 1: the published LLaMA-65B shape (Touvron et al. 2023, "LLaMA: Open and Efficient
+# Foundation Language Models", Table 2: 80 layers, d_model 8192, 64 heads) with 8 key/value heads, as in the
+# grouped-query variant of the Llama 2 paper (Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned Chat
+# Models", appendix A.2.1, which uses 8 key/value projections).
+CACHE_QUESTION = dict(seq_len=4096, num_layers=80, num_heads=64, num_kv_heads=8, d_k=8192 // 64, batch=1)
 
 
-def check_allreduce_bytes(answer):
-    """Check the bytes each worker sends in the ring all-reduce of one forward pass.
-
-    The setting of the exercise: B = 4 sequences of n = 2048 tokens, d_model = 4096, float32, p = 8 workers.
+def check_cache_bytes(answer):
+    """Check the bytes of the float16 key/value cache of exercise 1 (the LLaMA-65B shape with 8 key/value heads).
 
     >>> import mha_lessons as M
-    >>> M.exercises.check_allreduce_bytes(2 * 7 / 8 * 4 * 2048 * 4096 * 4)
-    Right: 2 (p - 1) / p x B n d_model x 4 bytes = 234,881,024 bytes (224 MiB) from each worker.
+    >>> M.exercises.check_cache_bytes(2 * 80 * 8 * 4096 * 128 * 2)
+    Right: 2 (k, v) · 80 layers · 8 heads · 4096 positions · 128 features · 2 bytes.
     """
-    B, n, d_model, p, itemsize = 4, 2048, 4096, 8, 4
-    elements = B * n * d_model
-    tensor = elements * itemsize
-    expected = allreduce_bytes(elements, p, itemsize)
+    c = CACHE_QUESTION
+    expected = kv_cache_bytes(c["seq_len"], c["num_layers"], c["num_kv_heads"], c["d_k"], batch=c["batch"])
+    g = c["num_heads"] // c["num_kv_heads"]
     mistakes = [
-        (tensor, "this is the size of the tensor; in a ring each worker sends 2 (p - 1) / p of it."),
-        ((p - 1) / p * tensor, "this is one of the two phases (reduce-scatter); the all-gather that follows "
-                               "sends as much again."),
-        (2 * tensor, "the factor is 2 (p - 1) / p, not 2: in each phase a worker sends p - 1 of the p chunks."),
-        (expected / itemsize, "this counts numbers, not bytes: a float32 takes 4 bytes."),
-        (expected * 8, "this counts bits, not bytes."),
-        ((p - 1) * tensor, "this sends the whole tensor to each of the other p - 1 workers; the ring needs "
-                           "only 2 (p - 1) / p of it per worker."),
-        (expected / p, "each worker's term has the full width d_model (its heads times its rows of W_O), "
-                       "not d_model / p: the all-reduced tensor is B x n x d_model."),
+        (expected * g, "that is 8 times too much: either it counts one key/value head per query head (64 heads, "
+                       "or d_model columns), where grouped-query attention caches only the 8 shared key/value heads, "
+                       "or it is in bits instead of bytes."),
+        (expected / 2, "only the keys are counted: the values take the same room again (a factor 2)."),
+        (expected / c["num_layers"], "that is one layer's cache; each of the 80 layers keeps its own."),
+        (expected * 2, "float16 numbers take 2 bytes each, not 4."),
+        (expected / 2**30, "that is in GiB; give the number of bytes."),
+        (expected / 1e9, "that is in GB; give the number of bytes."),
     ]
     return compare(answer, expected, mistakes, what="your number of bytes",
-                   right=f"2 (p - 1) / p x B n d_model x 4 bytes = {expected:,.0f} bytes "
-                         f"({expected / 2**20:.0f} MiB) from each worker.")
+                   right="2 (k, v) · 80 layers · 8 heads · 4096 positions · 128 features · 2 bytes.")
 
 
-def _exercise_params(d_model, num_heads, rng):
-    """Random weights and random biases (zero biases would hide a b_O added on every worker)."""
-    params = init_params(d_model, num_heads, seed=3)
-    return MHAParams(num_heads, params.w_q, params.w_k, params.w_v, params.w_o,
-                     *(rng.normal(size=d_model) for _ in range(4)))
+def check_expand_kv(expand_kv):
+    """Check ``expand_kv(k, num_heads)``: (..., h_kv, m, d_k) -> (..., h, m, d_k), query head i gets kv head i // g.
+
+    Called on keys with one batch axis and with none; the mistakes it names are np.tile's order, the
+    repeat along the wrong axis, and repeating h times instead of g.
+
+    >>> import numpy as np, mha_lessons as M
+    >>> M.exercises.check_expand_kv(lambda k, h: np.repeat(k, h // k.shape[-3], axis=-3))
+    Right: query head i reads key/value head i // g, with or without batch axes.
+    """
+    rng = np.random.default_rng(8)
+    h, h_kv = 6, 2
+    g = h // h_kv
+    k = rng.normal(size=(2, h_kv, 5, 3))  # (B, h_kv, m, d_k)
+    answer, failure = call_learner(expand_kv, k.copy(), h, name="expand_kv")
+    if failure is not None:
+        return failure
+    expected = np.repeat(k, g, axis=-3)  # (B, h_kv, m, d_k) -> (B, h, m, d_k)
+    mistakes = [
+        (np.tile(k, (1, g, 1, 1)),
+         "the heads come out in np.tile's order (kv heads 0, 1, 0, 1, ...), so query head i reads kv head i % h_kv. "
+         "Consecutive query heads share a kv head: head i reads i // g, which is np.repeat's order."),
+        (np.repeat(k, g, axis=-2), "the positions were repeated (axis -2); repeat along the head axis, -3."),
+        (np.repeat(k, g, axis=0), "the batch axis was repeated; repeat along the head axis, -3."),
+        (np.repeat(k, h, axis=-3), "each kv head was repeated h times; it serves g = h / h_kv query heads."),
+        (np.tile(k, (1, h, 1, 1)), "each kv head appears h times, in np.tile's order; repeat each one g = h / h_kv "
+                                   "times with np.repeat."),
+    ]
+    verdict = compare(answer, expected, mistakes, what="expand_kv(k, 6) for k of shape (2, 2, 5, 3)",
+                      right="query head i reads key/value head i // g.")
+    if not verdict:
+        return verdict
+    k3 = k[0]  # (h_kv, m, d_k): no batch axis
+    answer, failure = call_learner(expand_kv, k3.copy(), h, name="expand_kv")
+    if failure is not None:
+        return Verdict(False, f"right with a batch axis, but without one {failure.message}")
+    mistakes = [(np.repeat(k3, g, axis=1), "right with one batch axis only: axis 1 is the head axis when there is "
+                                           "exactly one batch axis. Count from the end: axis=-3.")]
+    return compare(answer, np.repeat(k3, g, axis=-3), mistakes, what="expand_kv(k, 6) for k of shape (2, 5, 3)",
+                   right="query head i reads key/value head i // g, with or without batch axes.")
 
 
-def check_worker_output(worker_output):
-    """Check ``worker_output(x, params, num_workers, rank)``: one worker's term of self-attention (n, d_model).
+def check_mean_pool_kv(mean_pool_kv):
+    """Check ``mean_pool_kv(w, num_heads, num_kv_heads)``: (d_model, h d_k) -> (d_model, h_kv d_k).
 
-    Called on n = 5 tokens, d_model = 16, h = 4 heads, p = 2 workers, for both ranks; the terms must be the
-    package's ``partial_output`` ones. The mistakes it recognises: b_O added on every worker or on none,
-    the worker's columns cut into h heads instead of h / p, and terms that add up to the right output but
-    belong to other heads.
+    The columns of the g consecutive heads of each group are averaged (the conversion of a multi-head
+    checkpoint in Ainslie et al. 2023). The mistakes it names: strided groups, a sum instead of a mean,
+    keeping one head per group, averaging the features of a head.
 
     >>> import mha_lessons as M
-    >>> def worker_output(x, params, p, r):
-    ...     return M.parallel.partial_output(x, x, x, M.parallel.shard_params(params, p, r))[0]
-    >>> M.exercises.check_worker_output(worker_output)
-    Right: both workers' terms are right, and they add up to the layer's output.
+    >>> M.exercises.check_mean_pool_kv(lambda w, h, h_kv: w.reshape(len(w), h_kv, h // h_kv, -1).mean(2).reshape(len(w), -1))
+    Right: each key/value head is the mean of the g consecutive heads of its group.
     """
-    from ...attention import scaled_dot_product_attention
-    from ...multihead import combine_heads, split_heads
+    rng = np.random.default_rng(80)
+    d_model, h, h_kv = 12, 6, 2
+    g, d_k = h // h_kv, d_model // h
+    w = rng.normal(size=(d_model, d_model))  # (d_model, h d_k): columns [i d_k, (i + 1) d_k) are head i
+    answer, failure = call_learner(mean_pool_kv, w.copy(), h, h_kv, name="mean_pool_kv")
+    if failure is not None:
+        return failure
+    grouped = w.reshape(d_model, h_kv, g, d_k)  # (d_model, h d_k) -> (d_model, h_kv, g, d_k)
+    expected = grouped.mean(axis=2).reshape(d_model, h_kv * d_k)  # (d_model, h_kv, d_k) -> (d_model, h_kv d_k)
+    strided = w.reshape(d_model, g, h_kv, d_k).mean(axis=1).reshape(d_model, h_kv * d_k)  # heads j, j + h_kv, ...
+    mistakes = [
+        (strided, "each group holds heads j, j + h_kv, j + 2 h_kv, ... (strided); a group is g consecutive heads, "
+                  "the ones that share a key/value head in grouped_query_attention."),
+        (grouped.sum(axis=2).reshape(d_model, h_kv * d_k), "the heads of a group are summed; mean pooling divides "
+                                                           "by g."),
+        (grouped[:, :, 0].reshape(d_model, h_kv * d_k), "this keeps the first head of each group; mean pooling "
+                                                        "averages all g of them."),
+        (grouped.mean(axis=3).reshape(d_model, h), "this averages the d_k features inside each head; average "
+                                                   "over the heads of a group and keep the features."),
+        (w.reshape(h_kv, g, d_k, d_model).mean(axis=1).reshape(h_kv * d_k, d_model),
+         "the rows were pooled; rows are input features (x @ w), the heads are the columns."),
+    ]
+    return compare(answer, expected, mistakes, what="mean_pool_kv(w, 6, 2) for w of shape (12, 12)",
+                   right="each key/value head is the mean of the g consecutive heads of its group.")
 
-    rng = np.random.default_rng(4)
-    n, d_model, h, p = 5, 16, 4, 2
-    params = _exercise_params(d_model, h, rng)
-    x = rng.normal(size=(n, d_model))
-    answers = []
-    for rank in range(p):
-        answer, failure = call_learner(worker_output, x.copy(), params, p, rank, name="worker_output")
-        if failure is not None:
+
+def check_earlier_changed(earlier_changed):
+    """Check ``earlier_changed(x, params, causal)``: which earlier outputs change when the last token arrives.
+
+    ``x`` is (n, d_model). Return a boolean (n - 1,) array, True at position i when row i of the
+    self-attention output on ``x[:-1]`` differs from row i of the output on all of ``x``, with a causal
+    mask when ``causal`` is True and no mask otherwise. Checked for both cases.
+
+    >>> import numpy as np, mha_lessons as M
+    >>> def earlier_changed(x, params, causal):
+    ...     n = len(x)
+    ...     old, _ = M.multihead_attention(x[:-1], x[:-1], x[:-1], params, M.causal_mask(n - 1) if causal else None)
+    ...     new, _ = M.multihead_attention(x, x, x, params, M.causal_mask(n) if causal else None)
+    ...     return ~np.isclose(new[:-1], old).all(axis=-1)
+    >>> M.exercises.check_earlier_changed(earlier_changed)
+    Right: causal rows stay put; without the mask every earlier row changes.
+    """
+    from ...attention import causal_mask
+    from ...multihead import init_params, multihead_attention
+
+    n, d_model, h = 6, 8, 2
+    x = np.random.default_rng(81).normal(size=(n, d_model))  # (n, d_model)
+    params = init_params(d_model, h, seed=82)
+    answers, expected = [], []
+    for causal in (True, False):
+        answer, failure = call_learner(earlier_changed, x.copy(), params, causal, name="earlier_changed")
+        if failure is not None:  # a Verdict is false when it reports a mistake
             return failure
-        if answer is None:
-            return compare(None, x, what=f"the output for rank {rank}")
+        old, _ = multihead_attention(x[:-1], x[:-1], x[:-1], params, causal_mask(n - 1) if causal else None)
+        new, _ = multihead_attention(x, x, x, params, causal_mask(n) if causal else None)
+        expected.append(~np.isclose(new[:-1], old, rtol=0, atol=1e-12).all(axis=-1))  # (n - 1,)
+        what = f"your array for causal={causal}"
+        if answer is None or np.shape(answer) != (n - 1,):
+            if np.shape(answer) == (n,):
+                return Verdict(False, f"{what} has n entries; the new token has no old output: "
+                                      f"give the n - 1 earlier ones.")
+            if np.shape(answer) in ((n - 1, d_model), (n, d_model)):
+                return Verdict(False, f"{what} has one entry per feature; give one per position "
+                                      f"(.any(axis=-1)).")
+            return compare(answer, expected[-1], what=what)
         answers.append(answer)
-    y, partials = simulate_head_parallel(x, x, x, params, p)  # partials: (p, n, d_model)
-    d_k, width = d_model // h, d_model // p
-
-    def too_many_heads(rank):  # the worker's 2 d_k columns cut into h = 4 narrow heads
-        cols = slice(rank * width, (rank + 1) * width)
-        q, k, v = (x @ w[:, cols] + b[cols] for w, b in
-                   ((params.w_q, params.b_q), (params.w_k, params.b_k), (params.w_v, params.b_v)))
-        out, _ = scaled_dot_product_attention(*(split_heads(a, h) for a in (q, k, v)))  # (h, n, d_k / p)
-        return combine_heads(out) @ params.w_o[cols] + (params.b_o if rank == 0 else 0)
-
-    bias_everywhere = partials + params.b_o * (np.arange(p) > 0)[:, None, None]
-    bias_nowhere = partials - params.b_o * (np.arange(p) == 0)[:, None, None]
+    expected = np.stack(expected)  # (2, n - 1): row 0 causal, row 1 no mask
+    old_unmasked, _ = multihead_attention(x[:-1], x[:-1], x[:-1], params)  # the shorter run forgot the mask
+    new_causal, _ = multihead_attention(x, x, x, params, causal_mask(n))
+    one_mask = ~np.isclose(new_causal[:-1], old_unmasked, rtol=0, atol=1e-12).all(axis=-1)  # (n - 1,)
+    yes, no = np.ones(n - 1), np.zeros(n - 1)
     mistakes = [
-        (bias_everywhere, "every worker adds b_O, so the all-reduce adds it p times; only worker 0 adds it "
-                          "(or it is added once after the sum)."),
-        (bias_nowhere, "b_O is missing: the output bias is added once, by worker 0."),
-        (np.stack([too_many_heads(r) for r in range(p)]),
-         f"the worker's {width} columns were cut into h = {h} heads; a worker holds h / p = {h // p} heads, "
-         f"each still d_k = {d_k} wide."),
+        (~expected, "True and False are swapped: True marks the earlier outputs that changed."),
+        (np.stack([yes, yes]), "with the causal mask no earlier row can see the new token: use a causal mask "
+                               "in both runs and compare row i with row i."),
+        (np.stack([one_mask, expected[1]]), "the causal case has the mask in one run only: the shorter "
+                                            "sequence needs causal_mask(n - 1)."),
+        (np.stack([no, no]), "without a mask the new key enters every row's softmax: leave the mask out of "
+                             "both runs when causal is False."),
     ]
     try:
-        stacked = np.stack([np.asarray(a, dtype=float) for a in answers])  # (p, n, d_model)
+        answers = np.stack([np.asarray(a, dtype=float) for a in answers])  # (2, n - 1)
     except (TypeError, ValueError):
-        return Verdict(False, f"the workers' outputs are not arrays of numbers of one shape: "
-                              f"{[np.shape(a) for a in answers]}.")
-    if stacked.shape == partials.shape and np.allclose(stacked.sum(axis=0), y) \
-            and not np.allclose(stacked, partials):
-        return Verdict(False, "your terms add up to the layer's output, but each worker computed other heads "
-                              "than its block: here worker r holds heads r * h/p to (r + 1) * h/p - 1.")
-    return compare(stacked, partials, mistakes, what="the stacked outputs of workers 0 and 1",
-                   right="both workers' terms are right, and they add up to the layer's output.")
-
-
-# The sizes of exercise 4 (every head split over two workers).
-SPLIT_QUESTION = dict(B=4, n=2048, m=2048, h=32, d_model=4096)
-
-
-def _split_sizes():
-    """B, n, m, h, d_model and d_k = d_model / h of the question of exercises 3 and 4."""
-    B, n, m, h, d_model = (SPLIT_QUESTION[k] for k in ("B", "n", "m", "h", "d_model"))
-    return B, n, m, h, d_model, d_model // h
-
-
-def _two_numbers(answer, names, expected, what):
-    """The learner's two numbers as a float array, or the Verdict that says they are not two numbers."""
-    try:
-        pair = np.asarray(answer, dtype=float)
-    except (TypeError, ValueError):
-        return Verdict(False, f"give two numbers, ({names}); got {answer!r}.")
-    if answer is None or pair.shape != (2,):
-        return compare(answer, expected, what=what)
-    return pair
-
-
-def check_split_head_counts(counts):
-    """Check ``counts = (partial_scores, output_numbers)`` of exercise 4: numbers, not bytes.
-
-    When each head's d_k features are split over two workers, the workers must add up their partial
-    scores, one per (sequence, head, query, key): B h n m numbers. The output all-reduce of the chapter
-    adds up B n d_model numbers. Sizes: B = 4, n = m = 2048, h = 32, d_model = 4096.
-
-    >>> import mha_lessons as M
-    >>> M.exercises.check_split_head_counts((4 * 32 * 2048 * 2048, 4 * 2048 * 4096))
-    Right: B h n m = 536,870,912 partial scores; B n d_model = 33,554,432 outputs.
-    """
-    B, n, m, h, d_model, d_k = _split_sizes()
-    scores, output = B * h * n * m, B * n * d_model
-    pair = _two_numbers(counts, "partial_scores, output_numbers", [scores, output], "counts")
-    if isinstance(pair, Verdict):
-        return pair
-    if np.allclose(pair, [output, scores], rtol=1e-9):
-        return Verdict(False, "the two counts are swapped: partial scores first, then the output.")
-    bytes_ = "this counts bytes; count the numbers (elements)."
-    score_mistakes = [
-        (h * n * m, "the batch is missing: each of the B sequences has its own scores."),
-        (B * n * m, "that is one head's scores; every head is split, so multiply by h."),
-        (n * m, "that is one head of one sequence; multiply by B and h."),
-        (B * h * n * d_k, "that counts the features of q (B h n d_k); the partial sums are the scores, "
-                          "one per query-key pair: B h n m."),
-        (scores * 4, bytes_),
-        (scores * 8, bytes_),
-    ]
-    verdict = compare(pair[0], scores, score_mistakes, what="your count of partial scores", rtol=1e-9)
-    if not verdict:
-        return verdict
-    output_mistakes = [
-        (n * d_model, "the output count misses the batch: it is B n d_model."),
-        (B * n * d_k, "the all-reduce adds full rows of d_model numbers, not d_k: B n d_model."),
-        (B * h * n * d_model, "the all-reduce adds the workers' terms once, not once per head: B n d_model."),
-        (output * 4, bytes_),
-        (output * 8, bytes_),
-    ]
-    return compare(pair[1], output, output_mistakes, what="your output count", rtol=1e-9,
-                   right=f"B h n m = {scores:,} partial scores; B n d_model = {output:,} outputs.")
-
-
-def check_split_head_work(flops):
-    """Check ``flops = (at_p_equal_h, at_p_equal_2h)`` of exercise 4: one worker's FLOPs for the scores QKᵀ.
-
-    At p = h a worker holds one head and computes its scores, 2 B n m d_k FLOPs (a multiply-add is 2).
-    At p = 2h, after the two workers of a head have exchanged their halves of q and k, each holds the
-    head's complete q and k and computes every one of its scores again: the same 2 B n m d_k, duplicated,
-    not split. Sizes: B = 4, n = m = 2048, h = 32, d_model = 4096.
-
-    >>> import mha_lessons as M
-    >>> work = 2 * 4 * 2048 * 2048 * 128
-    >>> M.exercises.check_split_head_work((work, work))
-    Right: 2 B n m d_k = 4,294,967,296 FLOPs at p = h, and the same at p = 2h: twice the workers, no less score work each.
-    """
-    B, n, m, h, d_model, d_k = _split_sizes()
-    work = 2 * B * n * m * d_k
-    pair = _two_numbers(flops, "at_p_equal_h, at_p_equal_2h", [work, work], "flops")
-    if isinstance(pair, Verdict):
-        return pair
-    mistakes = [
-        (work / 2, "a multiply-add is 2 FLOPs: the scores of one head take 2 B n m d_k."),
-        (2 * n * m * d_k, "the batch is missing: each of the B sequences has its own scores."),
-        (2 * B * n * m * d_model, "that is all h heads' scores (d_model = h d_k): at p = h each worker holds "
-                                  "h / p = 1 head, whose scores are dot products over its d_k features."),
-    ]
-    verdict = compare(pair[0], work, mistakes, what="your count at p = h", rtol=1e-9)
-    if not verdict:
-        return verdict
-    if np.isclose(pair[1], work / 2, rtol=1e-9):
-        return Verdict(False, "at p = 2h, once the two workers have exchanged their halves of q and k, each holds "
-                              "the head's complete q and k and computes all of its n m scores: the work is "
-                              "duplicated, not halved.")
-    verdict = compare(pair[1], work, mistakes, what="your count at p = 2h", rtol=1e-9)
-    if not verdict:
-        return verdict
-    return Verdict(True, f"2 B n m d_k = {work:,} FLOPs at p = h, and the same at p = 2h: twice the workers, "
-                         f"no less score work each.")
+        return Verdict(False, "your arrays are not arrays of True/False.")
+    return compare(answers, expected, mistakes, what="your arrays for causal=True, False",
+                   right="causal rows stay put; without the mask every earlier row changes.")
