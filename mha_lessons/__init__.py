@@ -60,13 +60,17 @@ __all__ = [
 # Every submodule (complexity, grads, plotting, widgets, ...) is reachable as an attribute,
 # imported on first use so that matplotlib, ipywidgets or torch load only when needed.
 _SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+# The course's machinery in course/ answers to its short name too: M.quiz is mha_lessons.course.quiz.
+_COURSE = {m.name for m in pkgutil.iter_modules([f"{__path__[0]}/course"]) if not m.name.startswith("_")}
 
 
 def __getattr__(name):
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
+    if name in _COURSE:
+        return importlib.import_module(f".course.{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | _SUBMODULES)
+    return sorted(set(globals()) | _SUBMODULES | _COURSE)
