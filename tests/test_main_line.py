@@ -5,6 +5,10 @@
   ``:class: dropdown`` are removed, and so are display math (``$$...$$``), fenced code and inline code (the text of
   other directives, such as a ``{warning}``, counts). The rest
   is split at whitespace and counted; it must stay at or below ``MAX_WORDS``. Code cells do not count.
+  The "Check yourself" block (mha_lessons/course/quiz.py) is not part of the main line either: it tests the main
+  line rather than adding to it, a reader may skip it, and its questions are the output of a code cell. Its heading
+  cell (``## Check yourself`` and a sentence) is left out of the count, and may hold at most ``SELF_CHECK_WORDS``
+  words and no other heading, so that no prose can hide there.
 - **No forward references**, in the whole Markdown of a chapter (collapsed blocks included), of three kinds a
   test can see:
 
@@ -32,6 +36,8 @@ BOOK = ROOT / "book"
 CHAPTERS = sorted(p for p in BOOK.glob("0[1-5]_*.ipynb"))
 ALL_CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
 MAX_WORDS = 2500
+SELF_CHECK = re.compile(r"\A## Check yourself[ \t]*$", re.M)
+SELF_CHECK_WORDS = 60
 
 DROPDOWN = re.compile(
     r"^(:{3,})\{dropdown\}.*?^\1[ \t]*$"                      # :::{dropdown} Title ... :::
@@ -62,7 +68,7 @@ def main_line(markdown):
 
 
 def main_line_words(cells):
-    return sum(len(main_line(cell).split()) for cell in cells)
+    return sum(len(main_line(cell).split()) for cell in cells if not SELF_CHECK.match(cell))
 
 
 def targets(cells):
@@ -111,6 +117,15 @@ def test_no_sentence_refers_forward(path):
     assert not found, f"{path.name}: forward references: {found}"
 
 
+@pytest.mark.parametrize("path", ALL_CHAPTERS, ids=[p.name for p in ALL_CHAPTERS])
+def test_the_check_yourself_heading_cell_holds_no_prose(path):
+    for cell in markdown_cells(path):
+        if SELF_CHECK.match(cell):
+            words = len(cell.split())
+            assert words <= SELF_CHECK_WORDS, f"{path.name}: the Check yourself cell has {words} words"
+            assert len(re.findall(r"^#", cell, flags=re.M)) == 1, f"{path.name}: a heading in the Check yourself cell"
+
+
 def test_the_chapters_are_found():
     assert [p.name[:2] for p in CHAPTERS] == ["01", "02", "03", "04", "05"]
 
@@ -120,6 +135,7 @@ def test_the_checks_fail_on_a_chapter_written_the_wrong_way():
     assert main_line_words(long) == 2501 > MAX_WORDS
     admonition = "```{note}\n:class: dropdown\n" + "hidden " * 100 + "\n```\nfour words stay here"
     assert main_line_words([admonition, "$$\na + b = c\n$$ (eq-x)\n`code here` two words"]) == 6
+    assert main_line_words(["## Check yourself\n\nFive questions.", "## Check yourselves\n\nthree words"]) == 5
     bad = ["# 1. Title\n\nSection 3 proves it, as we will see.",
            "## 1. First\n\nSee {eq}`eq-later` and {ref}`sec-later`; later in this chapter, more.",
            "(sec-later)=\n## 2. Second\n\n$$\nx\n$$ (eq-later)\n\nSections 1 and 3 differ.",
