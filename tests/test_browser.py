@@ -397,6 +397,33 @@ return Array.from(document.querySelectorAll('main mjx-container[display="true"]'
 """
 
 
+PHONE_WIDTH = 400
+
+# How wide a page is on the phone, and what pushes it. The screen is the layout viewport,
+# document.documentElement.clientWidth (400 px): under Chromium's mobile emulation window.innerWidth is the
+# visual viewport, which widens to the page's content when the page is wider than the screen (the browser zooms
+# out to fit it), so a page compared with window.innerWidth is compared with itself. That is how this check once
+# passed chapters 1, 6 and 8 at 429-461 px. What pushes a page: an element whose right edge passes the screen and
+# that no box scrolls or clips (a listing that scrolls in its own box is fine).
+PAGE_WIDTH_JS = """
+const screen = document.documentElement.clientWidth;
+const clipped = e => { for (let p = e.parentElement; p; p = p.parentElement) {
+  if (getComputedStyle(p).overflowX !== 'visible') { return true; } } return false; };
+const wide = Array.from(document.querySelectorAll('main *')).filter(e => {
+  const r = e.getBoundingClientRect();
+  return r.right > screen + 1 && r.width > 0 && !clipped(e) && !e.closest('.bd-sidebar-secondary'); })
+  .slice(0, 5).map(e => e.tagName + '.' + e.className + ' ending at ' + Math.round(e.getBoundingClientRect().right)
+                   + ' px: ' + (e.textContent || '').slice(0, 60));
+return {screen: screen, inner: window.innerWidth, page: document.documentElement.scrollWidth, wide: wide};
+"""
+
+
+def page_width_on_a_phone(browser):
+    widths = browser.execute_script(PAGE_WIDTH_JS)
+    assert widths["screen"] == PHONE_WIDTH, f"the phone's layout viewport is {widths['screen']} px"
+    return widths
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, browser, entry):
     """(a) at 400 px no page is wider than the screen (long inline code wraps, wide equations and listings
@@ -405,13 +432,7 @@ def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, 
     try:
         browser.get(urljoin(site, f"{entry}.html"))
         wait_for_math(browser)
-        widths = browser.execute_script(
-            "const w = window.innerWidth; const doc = document.documentElement.scrollWidth;"
-            "const wide = Array.from(document.querySelectorAll('main *')).filter(e => {"
-            "  const r = e.getBoundingClientRect(); return r.right > w + 1 && r.width > 0 &&"
-            "  !e.closest('pre, .highlight, .math, mjx-container, .table-wrapper, div.output, .mha-panel, table'); })"
-            ".slice(0, 5).map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 60));"
-            "return {screen: w, page: doc, wide: wide};")
+        widths = page_width_on_a_phone(browser)
         height = browser.execute_script("return document.documentElement.scrollHeight;")
         browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                                 {"width": 400, "height": min(height, 16000), "deviceScaleFactor": 1, "mobile": True})
@@ -429,6 +450,111 @@ def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, 
     fixed = sorted(n for (page, n) in KNOWN_WIDE_EQUATIONS if page == entry and (page, n) not in wide)
     assert not new, f"{entry}: display equations wider than the text column at 1280 px: {new}"
     assert not fixed, f"{entry}: equations {fixed} now fit; remove them from KNOWN_WIDE_EQUATIONS"
+
+
+def test_the_phone_check_sees_a_page_that_a_long_word_pushes_sideways(site, browser):
+    """The check above, fed a page that is too wide: a long inline code name that cannot wrap, as the pages of
+    chapters 1, 6 and 8 once had. It must see the page at more than 400 px, and name the word; window.innerWidth,
+    which the check once used, grows with the page and would have hidden it."""
+    chapter = next(e for e in ENTRIES if is_notebook(e))
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{chapter}.html"))
+        browser.execute_script(
+            "const p = document.createElement('p');"
+            "p.innerHTML = 'see <code class=\"docutils literal\"><span class=\"pre\" style=\"white-space: nowrap\">"
+            "M.position.sinusoidal_positions_of_a_very_long_name(n,</span></code>';"
+            "document.querySelector('main article section p').after(p);")
+        widths = page_width_on_a_phone(browser)
+    finally:
+        phone(browser, False)
+    assert widths["page"] > PHONE_WIDTH and widths["inner"] == widths["page"], widths
+    assert any("sinusoidal_positions_of_a_very_long_name" in w for w in widths["wide"]), widths["wide"]
+
+
+# ---------------------------------------------------------------- code and tables that fit their column
+
+# What does not fit its column, per page, at 1280 px and on a 400 px phone (issue 35, item 5):
+#   code     visible ordinary code cells (inputs not folded) whose longest line is wider than the cell;
+#   listing  listings of the package's source (show_source), folded or not, that scroll without saying how wide
+#            they are (a listing may scroll if it carries a note, class "mha-listing-width", saying its widest line);
+#   table    tables wider than their column.
+# The chapters' lines get wrapped after the chapter edits settle; until then each page's counts may only fall:
+# the test fails on a page over its count, and on a page under it (lower the count). The details (section, first
+# line, characters of the widest line, pixels) go to _build/screenshots/widths/<page>.json, with folded code cells
+# and printed outputs, which are reported but not counted.
+KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
+    "book/01_scaled_dot_product_attention": {"code": (11, 23), "listing": (1, 3), "table": (0, 0)},
+    "book/02_why_sqrt_dk": {"code": (6, 15), "listing": (3, 3), "table": (0, 0)},
+    "book/03_multi_head_attention": {"code": (12, 16), "listing": (1, 1), "table": (0, 1)},
+    "book/04_cost": {"code": (15, 19), "listing": (0, 1), "table": (0, 1)},
+    "book/05_gradients": {"code": (5, 19), "listing": (5, 5), "table": (0, 0)},
+    "book/06_masks": {"code": (14, 18), "listing": (2, 2), "table": (0, 0)},
+    "book/07_efficient_attention": {"code": (10, 16), "listing": (5, 5), "table": (0, 0)},
+    "book/09_kv_cache": {"code": (15, 19), "listing": (3, 3), "table": (0, 0)},
+    "book/11_heads_across_processes": {"code": (10, 15), "listing": (4, 4), "table": (0, 1)},
+    "book/13_one_head_two_jobs": {"code": (9, 16), "listing": (2, 3), "table": (0, 0)},
+    "book/15_real_model_heads": {"code": (8, 12), "listing": (1, 1), "table": (0, 0)},
+    "book/notation": {"code": (0, 0), "listing": (0, 0), "table": (0, 9)},
+}
+
+WIDTHS_JS = """
+const art = document.querySelector('main article') || document.querySelector('main');
+const over = e => e.scrollWidth > e.clientWidth + 1;
+const where = e => { const s = e.closest('section[id]'); return s ? s.id : ''; };
+const longest = e => (e.innerText || '').split('\\n').reduce((a, b) => Math.max(a, b.length), 0);
+const item = (kind, e, box) => ({kind: kind, section: where(e), width: Math.round(e.scrollWidth),
+  column: Math.round((box || e).clientWidth), chars: longest(e),
+  first: (e.innerText || '').split('\\n').find(l => l.trim()) || ''});
+const found = [];
+const folded = e => !!e.closest('details:not([open])');
+art.querySelectorAll('div.cell_input pre').forEach(p => {
+  if (!folded(p) && over(p)) { found.push(item('code', p)); } });
+art.querySelectorAll('table').forEach(t => {
+  const box = t.closest('.table-wrapper') || t.parentElement;
+  if (!folded(t) && t.getBoundingClientRect().width > box.clientWidth + 1) {
+    const i = item('table', t, box); i.width = Math.round(t.getBoundingClientRect().width); found.push(i); } });
+art.querySelectorAll('div.cell_output div.output:not(.text_html) pre').forEach(p => {
+  if (!folded(p) && over(p)) { found.push(item('output (reported)', p)); } });
+art.querySelectorAll('details:not([open])').forEach(d => { d.open = true; d.dataset.opened = '1'; });
+art.querySelectorAll('details[data-opened] div.cell_input pre').forEach(p => {
+  if (over(p)) { found.push(item('folded code (reported)', p)); } });
+art.querySelectorAll('div.cell_output div.text_html div.highlight pre').forEach(p => {  // folded or not
+  const noted = p.closest('div.text_html').querySelector('.mha-listing-width');
+  if (over(p) && !noted) { found.push(item('listing', p)); } });
+art.querySelectorAll('details[data-opened]').forEach(d => { d.open = false; delete d.dataset.opened; });
+return found;
+"""
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_code_cells_listings_and_tables_fit_their_column_at_both_widths(site, browser, entry):
+    import collections
+
+    found, counts = {}, {}
+    for width in (1280, PHONE_WIDTH):
+        phone(browser, width == PHONE_WIDTH)
+        try:
+            browser.get(urljoin(site, f"{entry}.html"))
+            wait_for_math(browser)
+            found[width] = browser.execute_script(WIDTHS_JS)
+        finally:
+            phone(browser, False)
+        counts[width] = collections.Counter(f["kind"] for f in found[width])
+    folder = SHOTS / "widths"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{entry.replace('/', '_')}.json").write_text(json.dumps(found, indent=1, ensure_ascii=False))
+    known = KNOWN_WIDE.get(entry, {})
+    summary = {kind: (counts[1280][kind], counts[PHONE_WIDTH][kind]) for kind in ("code", "listing", "table")}
+    print(f"{entry}: too wide for the column (1280 px, 400 px): {summary}; reported only: "
+          f"{ {k: (counts[1280][k], counts[PHONE_WIDTH][k]) for k in ('folded code (reported)', 'output (reported)')} }")
+    for kind, measured in summary.items():
+        allowed = known.get(kind, (0, 0))
+        for width, now, most in zip((1280, PHONE_WIDTH), measured, allowed):
+            wide = [f"{f['section']}: {f['chars']} characters, {f['width']} px in {f['column']} px: {f['first'][:50]!r}"
+                    for f in found[width] if f["kind"] == kind]
+            assert now <= most, f"{entry}: {now} {kind}(s) too wide at {width} px (at most {most}): {wide[:6]}"
+            assert now == most, f"{entry}: only {now} {kind}(s) too wide at {width} px now: lower KNOWN_WIDE to {now}"
 
 
 # The smallest text of a figure, as shown on the page, in CSS pixels: 9 points.
