@@ -326,6 +326,217 @@ def test_every_figure_has_a_text_alternative_that_is_not_a_file_name(entry):
                        f"metadata {{'mystnb': {{'image': {{'alt': 'what the figure shows'}}}}}}")
 
 
+# ---------------------------------------------------------------- Check yourself (mha_lessons/course/quiz.py)
+
+def quiz_pages():
+    """The pages of the built site that hold a Check yourself block (a chapter that adds one is tested with no
+    change here); before the build, the chapters whose notebooks store one."""
+    if (HTML / "index.html").exists():
+        return [e for e in ENTRIES if (HTML / f"{e}.html").exists() and 'class="mha-quiz"' in (HTML / f"{e}.html").read_text()]
+    return [e for e in ENTRIES if is_notebook(e) and 'class=\\"mha-quiz\\"' in (ROOT / f"{e}.ipynb").read_text()]
+
+
+def test_the_pilot_chapters_have_a_check_yourself_block():
+    require_site()
+    pages = quiz_pages()
+    for chapter in ("01_scaled_dot_product_attention", "03_multi_head_attention"):
+        assert any(page.endswith(chapter) for page in pages), f"{chapter} shows no Check yourself block"
+
+
+def plain(markup):
+    """The text a reader sees of the feedback's HTML, spaces collapsed."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", markup)).split())
+
+
+def near(x, value, q):
+    from mha_lessons.course.quiz import SLACK
+
+    return abs(x - value) <= max(q["abs"], q["rel"] * abs(value)) * (1 + SLACK) + SLACK * abs(value)
+
+
+def typed_answers(q):
+    """For a numeric question: (inside the tolerance, (a listed mistake, its feedback) or None, matching nothing)."""
+    key, width = q["key"], max(q["abs"], q["rel"] * abs(q["key"]))
+    inside = f"{key:,}" if width == 0 else repr(key + 0.8 * width)                # thousands separators, an edge
+    mistake = (repr(q["mistakes"][0]["value"]), q["mistakes"][0]["html"]) if q["mistakes"] else None
+    candidates = [key + 1, key * 1.37 + 1.1, key * 0.61 - 2.3, key * 9.1 + 7]
+    other = next(x for x in candidates if not near(x, key, q) and not any(near(x, m["value"], q) for m in q["mistakes"]))
+    return inside, mistake, repr(other)
+
+
+FEEDBACK_JS = """
+const box = arguments[0]; const f = box.querySelector('.mha-quiz-feedback');
+return {text: f.innerText.replace(/\\s+/g, ' ').trim(), verdict: f.getAttribute('data-verdict'),
+        role: f.getAttribute('role'), live: f.getAttribute('aria-live'),
+        links: Array.from(f.querySelectorAll('a')).map(a => [a.getAttribute('href'),
+               !!document.getElementById(a.getAttribute('href').slice(1))])};
+"""
+
+
+def answer(browser, box, value):
+    """Answer one question with the mouse and the Check button: an option's index, or text to type."""
+    from selenium.webdriver.common.by import By
+
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});", box)
+    if isinstance(value, int):
+        browser.execute_script("arguments[0].click();", box.find_elements(By.CSS_SELECTOR, "input[type=radio]")[value])
+    else:
+        field = box.find_element(By.CSS_SELECTOR, "input[type=text]")
+        field.clear()
+        field.send_keys(value)
+    browser.execute_script("arguments[0].click();", box.find_element(By.CSS_SELECTOR, ".mha-quiz-check"))
+    return browser.execute_script(FEEDBACK_JS, box)
+
+
+def check_feedback(entry, shown, verdict, markup):
+    assert shown["verdict"] == verdict, f"{entry}: {shown}"
+    assert plain(markup) == shown["text"], f"{entry}: shown {shown['text']!r}, expected {plain(markup)!r}"
+    assert shown["role"] == "status" and shown["live"] == "polite"
+    assert all(found for _, found in shown["links"]), f"{entry}: a link to a section that is not on the page: {shown}"
+
+
+@pytest.mark.parametrize("entry", quiz_pages())
+def test_check_yourself_answers_with_its_feedback_in_a_real_browser(site, browser, axe_source, entry):
+    """Every question of every block: a wrong option (a listed wrong number) shows its own feedback, linking to a
+    section of the page; the right one the confirmation; a number inside the tolerance is right, one outside that
+    matches no listed mistake gets the general feedback. Then a reload: the answers come back, and "Forget" clears
+    them. axe-core on the answered block, light and dark, and no console error."""
+    from selenium.webdriver.common.by import By
+
+    browser.get_log("browser")
+    browser.get(urljoin(site, f"{entry}.html"))
+    browser.execute_script("Object.keys(localStorage).filter(k => k.startsWith('mha-lessons-quiz:'))"
+                           ".forEach(k => localStorage.removeItem(k)); location.reload();")
+    wait_for_math(browser)
+    blocks = browser.find_elements(By.CSS_SELECTOR, ".mha-quiz")
+    assert blocks, f"{entry}: no Check yourself block"
+    for block in blocks:
+        data = browser.execute_script("return JSON.parse(arguments[0].querySelector('script.mha-quiz-data')"
+                                      ".textContent);", block)
+        assert not block.find_elements(By.CSS_SELECTOR, ".mha-quiz-run"), "the note for Jupyter shows on the site"
+        boxes = block.find_elements(By.CSS_SELECTOR, "fieldset.mha-quiz-question")
+        assert len(boxes) == len(data["questions"]) >= 3
+        for box, q in zip(boxes, data["questions"]):
+            if q["kind"] == "choice":
+                wrong = next(i for i, o in enumerate(q["options"]) if not o["right"])
+                check_feedback(entry, answer(browser, box, wrong), "wrong", q["options"][wrong]["html"])
+                assert "Not quite" in plain(q["options"][wrong]["html"]) and q["options"][wrong]["html"].count("href")
+                right = next(i for i, o in enumerate(q["options"]) if o["right"])
+                check_feedback(entry, answer(browser, box, right), "right", q["options"][right]["html"])
+            else:
+                inside, mistake, other = typed_answers(q)
+                check_feedback(entry, answer(browser, box, other), "wrong", q["other"])
+                if mistake:
+                    check_feedback(entry, answer(browser, box, mistake[0]), "wrong", mistake[1])
+                check_feedback(entry, answer(browser, box, inside), "right", q["right"])
+                assert answer(browser, box, "twelve")["verdict"] == "empty"
+                check_feedback(entry, answer(browser, box, inside), "right", q["right"])
+            browser.execute_script("arguments[0].click();", box.find_element(By.CSS_SELECTOR, ".mha-quiz-reveal"))
+            check_feedback(entry, browser.execute_script(FEEDBACK_JS, box), "answer", q["answer"])
+        score = block.find_element(By.CSS_SELECTOR, ".mha-quiz-score").text
+        assert score == f"{len(boxes)} of {len(boxes)} answered right.", score
+        for mode in ("light", "dark"):
+            browser.execute_script("document.documentElement.dataset.theme = arguments[0];", mode)
+            # the block takes the page's colours: dark text in the light theme, light text in the dark one
+            light = browser.execute_script(
+                "const c = getComputedStyle(arguments[0]).color.match(/\\d+/g).map(Number);"
+                "return (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) / 255 > 0.5;", block)
+            assert light == (mode == "dark"), f"{entry}: in the {mode} theme the block's text is {'light' if light else 'dark'}"
+            browser.execute_script(axe_source)
+            violations = browser.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "axe.run(arguments[0], {resultTypes: ['violations']}).then(r => done(r.violations"
+                ".map(v => v.impact + ' ' + v.id + ': ' + v.nodes.slice(0, 3).map(n => n.html.slice(0, 120))"
+                ".join(' | '))), e => done(['axe failed: ' + e]));", block)
+            assert violations == [], f"{entry}, {mode} theme, answered block: " + "\n".join(violations)
+        browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
+        block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_1280_dark.png"))
+        browser.execute_script("document.documentElement.dataset.theme = 'light';")
+
+    # a reload: the answers come back from the browser's storage, and nothing else changes
+    browser.refresh()
+    wait_for_math(browser)
+    block = browser.find_elements(By.CSS_SELECTOR, ".mha-quiz")[0]
+    boxes = block.find_elements(By.CSS_SELECTOR, "fieldset.mha-quiz-question")
+    verdicts = [browser.execute_script(FEEDBACK_JS, box)["verdict"] for box in boxes]
+    assert verdicts == ["right"] * len(boxes), f"{entry}: after a reload: {verdicts}"
+    assert block.find_element(By.CSS_SELECTOR, ".mha-quiz-score").text.startswith(f"{len(boxes)} of {len(boxes)}")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
+    block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_1280.png"))
+    browser.execute_script("arguments[0].click();", block.find_element(By.CSS_SELECTOR, ".mha-quiz-reset"))
+    assert [browser.execute_script(FEEDBACK_JS, box)["text"] for box in boxes] == [""] * len(boxes)
+    assert block.find_element(By.CSS_SELECTOR, ".mha-quiz-score").text.startswith(f"0 of {len(boxes)}")
+    browser.refresh()
+    assert browser.execute_script("return Object.keys(localStorage).filter(k => k.startsWith('mha-lessons-quiz:'))"
+                                  ".length;") == 0
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert errors == [], f"{entry}: console errors: {errors}"
+
+
+@pytest.mark.parametrize("entry", quiz_pages())
+def test_check_yourself_with_the_keyboard_alone_and_on_a_phone(site, browser, entry):
+    """The first question answered with keys only: Tab into the block, the arrow keys choose an option (or the
+    digits are typed), Tab to Check and Space (or Enter in the field) shows the feedback; every control shows a
+    focus ring. On a 400 px phone the block fits the screen and the page does not scroll sideways."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
+    block = browser.find_element(By.CSS_SELECTOR, ".mha-quiz")
+    data = browser.execute_script("return JSON.parse(arguments[0].querySelector('script.mha-quiz-data')"
+                                  ".textContent);", block)
+    box = block.find_element(By.CSS_SELECTOR, "fieldset.mha-quiz-question")
+    q = data["questions"][0]
+    # start from the block's intro, which holds no control, and Tab forward
+    browser.execute_script("const p = arguments[0].querySelector('.mha-quiz-intro'); p.tabIndex = -1;"
+                           "p.scrollIntoView({block: 'center', behavior: 'instant'}); p.focus();", block)
+    active = "return document.activeElement;"
+    keys = ActionChains(browser)
+    keys.send_keys(Keys.TAB).perform()
+    first = browser.execute_script(active)
+    assert browser.execute_script("return arguments[0].contains(arguments[1]);", box, first), "Tab did not reach it"
+    ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
+                                  "return [s.outlineStyle, parseFloat(s.outlineWidth)];")
+    assert ring[0] != "none" and ring[1] >= 2, f"{entry}: no visible focus ring: {ring}"
+    if q["kind"] == "choice":
+        right = next(i for i, o in enumerate(q["options"]) if o["right"])
+        for _ in range(right):                      # Tab lands on the first option; Down moves to the next and checks it
+            ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+        if right == 0:
+            ActionChains(browser).send_keys(Keys.SPACE).perform()
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        assert browser.execute_script(active + ".className") == "mha-quiz-check"
+        ActionChains(browser).send_keys(Keys.SPACE).perform()
+    else:
+        ActionChains(browser).send_keys(typed_answers(q)[0]).send_keys(Keys.ENTER).perform()
+    shown = browser.execute_script(FEEDBACK_JS, box)
+    check_feedback(entry, shown, "right", q["right"])
+    ActionChains(browser).send_keys(Keys.TAB).perform()
+    ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
+                                  "return [document.activeElement.tagName, s.outlineStyle, parseFloat(s.outlineWidth)];")
+    assert ring[0] == "BUTTON" and ring[1] != "none" and ring[2] >= 2, f"{entry}: {ring}"
+
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{entry}.html"))
+        wait_for_math(browser)
+        block = browser.find_element(By.CSS_SELECTOR, ".mha-quiz")
+        widths = page_width_on_a_phone(browser)
+        fits = browser.execute_script(
+            "const b = arguments[0]; const r = b.getBoundingClientRect();"
+            "const out = Array.from(b.querySelectorAll('*')).filter(e => e.getBoundingClientRect().right > r.right + 1)"
+            ".map(e => e.tagName + ': ' + (e.textContent || '').slice(0, 40));"
+            "return {right: r.right, scroll: b.scrollWidth, client: b.clientWidth, out: out.slice(0, 5)};", block)
+        browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
+        block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_400.png"))
+    finally:
+        phone(browser, False)
+    assert widths["page"] <= PHONE_WIDTH, f"{entry}: the page is {widths['page']} px wide at 400 px: {widths['wide']}"
+    assert fits["right"] <= PHONE_WIDTH and fits["scroll"] <= fits["client"] + 1 and not fits["out"], f"{entry}: {fits}"
+
+
 # ---------------------------------------------------------------- the page as it prints, at both widths
 
 def wait_for_math(browser):
