@@ -326,6 +326,217 @@ def test_every_figure_has_a_text_alternative_that_is_not_a_file_name(entry):
                        f"metadata {{'mystnb': {{'image': {{'alt': 'what the figure shows'}}}}}}")
 
 
+# ---------------------------------------------------------------- Check yourself (mha_lessons/course/quiz.py)
+
+def quiz_pages():
+    """The pages of the built site that hold a Check yourself block (a chapter that adds one is tested with no
+    change here); before the build, the chapters whose notebooks store one."""
+    if (HTML / "index.html").exists():
+        return [e for e in ENTRIES if (HTML / f"{e}.html").exists() and 'class="mha-quiz"' in (HTML / f"{e}.html").read_text()]
+    return [e for e in ENTRIES if is_notebook(e) and 'class=\\"mha-quiz\\"' in (ROOT / f"{e}.ipynb").read_text()]
+
+
+def test_the_pilot_chapters_have_a_check_yourself_block():
+    require_site()
+    pages = quiz_pages()
+    for chapter in ("01_scaled_dot_product_attention", "03_multi_head_attention"):
+        assert any(page.endswith(chapter) for page in pages), f"{chapter} shows no Check yourself block"
+
+
+def plain(markup):
+    """The text a reader sees of the feedback's HTML, spaces collapsed."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", markup)).split())
+
+
+def near(x, value, q):
+    from mha_lessons.course.quiz import SLACK
+
+    return abs(x - value) <= max(q["abs"], q["rel"] * abs(value)) * (1 + SLACK) + SLACK * abs(value)
+
+
+def typed_answers(q):
+    """For a numeric question: (inside the tolerance, (a listed mistake, its feedback) or None, matching nothing)."""
+    key, width = q["key"], max(q["abs"], q["rel"] * abs(q["key"]))
+    inside = f"{key:,}" if width == 0 else repr(key + 0.8 * width)                # thousands separators, an edge
+    mistake = (repr(q["mistakes"][0]["value"]), q["mistakes"][0]["html"]) if q["mistakes"] else None
+    candidates = [key + 1, key * 1.37 + 1.1, key * 0.61 - 2.3, key * 9.1 + 7]
+    other = next(x for x in candidates if not near(x, key, q) and not any(near(x, m["value"], q) for m in q["mistakes"]))
+    return inside, mistake, repr(other)
+
+
+FEEDBACK_JS = """
+const box = arguments[0]; const f = box.querySelector('.mha-quiz-feedback');
+return {text: f.innerText.replace(/\\s+/g, ' ').trim(), verdict: f.getAttribute('data-verdict'),
+        role: f.getAttribute('role'), live: f.getAttribute('aria-live'),
+        links: Array.from(f.querySelectorAll('a')).map(a => [a.getAttribute('href'),
+               !!document.getElementById(a.getAttribute('href').slice(1))])};
+"""
+
+
+def answer(browser, box, value):
+    """Answer one question with the mouse and the Check button: an option's index, or text to type."""
+    from selenium.webdriver.common.by import By
+
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});", box)
+    if isinstance(value, int):
+        browser.execute_script("arguments[0].click();", box.find_elements(By.CSS_SELECTOR, "input[type=radio]")[value])
+    else:
+        field = box.find_element(By.CSS_SELECTOR, "input[type=text]")
+        field.clear()
+        field.send_keys(value)
+    browser.execute_script("arguments[0].click();", box.find_element(By.CSS_SELECTOR, ".mha-quiz-check"))
+    return browser.execute_script(FEEDBACK_JS, box)
+
+
+def check_feedback(entry, shown, verdict, markup):
+    assert shown["verdict"] == verdict, f"{entry}: {shown}"
+    assert plain(markup) == shown["text"], f"{entry}: shown {shown['text']!r}, expected {plain(markup)!r}"
+    assert shown["role"] == "status" and shown["live"] == "polite"
+    assert all(found for _, found in shown["links"]), f"{entry}: a link to a section that is not on the page: {shown}"
+
+
+@pytest.mark.parametrize("entry", quiz_pages())
+def test_check_yourself_answers_with_its_feedback_in_a_real_browser(site, browser, axe_source, entry):
+    """Every question of every block: a wrong option (a listed wrong number) shows its own feedback, linking to a
+    section of the page; the right one the confirmation; a number inside the tolerance is right, one outside that
+    matches no listed mistake gets the general feedback. Then a reload: the answers come back, and "Forget" clears
+    them. axe-core on the answered block, light and dark, and no console error."""
+    from selenium.webdriver.common.by import By
+
+    browser.get_log("browser")
+    browser.get(urljoin(site, f"{entry}.html"))
+    browser.execute_script("Object.keys(localStorage).filter(k => k.startsWith('mha-lessons-quiz:'))"
+                           ".forEach(k => localStorage.removeItem(k)); location.reload();")
+    wait_for_math(browser)
+    blocks = browser.find_elements(By.CSS_SELECTOR, ".mha-quiz")
+    assert blocks, f"{entry}: no Check yourself block"
+    for block in blocks:
+        data = browser.execute_script("return JSON.parse(arguments[0].querySelector('script.mha-quiz-data')"
+                                      ".textContent);", block)
+        assert not block.find_elements(By.CSS_SELECTOR, ".mha-quiz-run"), "the note for Jupyter shows on the site"
+        boxes = block.find_elements(By.CSS_SELECTOR, "fieldset.mha-quiz-question")
+        assert len(boxes) == len(data["questions"]) >= 3
+        for box, q in zip(boxes, data["questions"]):
+            if q["kind"] == "choice":
+                wrong = next(i for i, o in enumerate(q["options"]) if not o["right"])
+                check_feedback(entry, answer(browser, box, wrong), "wrong", q["options"][wrong]["html"])
+                assert "Not quite" in plain(q["options"][wrong]["html"]) and q["options"][wrong]["html"].count("href")
+                right = next(i for i, o in enumerate(q["options"]) if o["right"])
+                check_feedback(entry, answer(browser, box, right), "right", q["options"][right]["html"])
+            else:
+                inside, mistake, other = typed_answers(q)
+                check_feedback(entry, answer(browser, box, other), "wrong", q["other"])
+                if mistake:
+                    check_feedback(entry, answer(browser, box, mistake[0]), "wrong", mistake[1])
+                check_feedback(entry, answer(browser, box, inside), "right", q["right"])
+                assert answer(browser, box, "twelve")["verdict"] == "empty"
+                check_feedback(entry, answer(browser, box, inside), "right", q["right"])
+            browser.execute_script("arguments[0].click();", box.find_element(By.CSS_SELECTOR, ".mha-quiz-reveal"))
+            check_feedback(entry, browser.execute_script(FEEDBACK_JS, box), "answer", q["answer"])
+        score = block.find_element(By.CSS_SELECTOR, ".mha-quiz-score").text
+        assert score == f"{len(boxes)} of {len(boxes)} answered right.", score
+        for mode in ("light", "dark"):
+            browser.execute_script("document.documentElement.dataset.theme = arguments[0];", mode)
+            # the block takes the page's colours: dark text in the light theme, light text in the dark one
+            light = browser.execute_script(
+                "const c = getComputedStyle(arguments[0]).color.match(/\\d+/g).map(Number);"
+                "return (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) / 255 > 0.5;", block)
+            assert light == (mode == "dark"), f"{entry}: in the {mode} theme the block's text is {'light' if light else 'dark'}"
+            browser.execute_script(axe_source)
+            violations = browser.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "axe.run(arguments[0], {resultTypes: ['violations']}).then(r => done(r.violations"
+                ".map(v => v.impact + ' ' + v.id + ': ' + v.nodes.slice(0, 3).map(n => n.html.slice(0, 120))"
+                ".join(' | '))), e => done(['axe failed: ' + e]));", block)
+            assert violations == [], f"{entry}, {mode} theme, answered block: " + "\n".join(violations)
+        browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
+        block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_1280_dark.png"))
+        browser.execute_script("document.documentElement.dataset.theme = 'light';")
+
+    # a reload: the answers come back from the browser's storage, and nothing else changes
+    browser.refresh()
+    wait_for_math(browser)
+    block = browser.find_elements(By.CSS_SELECTOR, ".mha-quiz")[0]
+    boxes = block.find_elements(By.CSS_SELECTOR, "fieldset.mha-quiz-question")
+    verdicts = [browser.execute_script(FEEDBACK_JS, box)["verdict"] for box in boxes]
+    assert verdicts == ["right"] * len(boxes), f"{entry}: after a reload: {verdicts}"
+    assert block.find_element(By.CSS_SELECTOR, ".mha-quiz-score").text.startswith(f"{len(boxes)} of {len(boxes)}")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
+    block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_1280.png"))
+    browser.execute_script("arguments[0].click();", block.find_element(By.CSS_SELECTOR, ".mha-quiz-reset"))
+    assert [browser.execute_script(FEEDBACK_JS, box)["text"] for box in boxes] == [""] * len(boxes)
+    assert block.find_element(By.CSS_SELECTOR, ".mha-quiz-score").text.startswith(f"0 of {len(boxes)}")
+    browser.refresh()
+    assert browser.execute_script("return Object.keys(localStorage).filter(k => k.startsWith('mha-lessons-quiz:'))"
+                                  ".length;") == 0
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert errors == [], f"{entry}: console errors: {errors}"
+
+
+@pytest.mark.parametrize("entry", quiz_pages())
+def test_check_yourself_with_the_keyboard_alone_and_on_a_phone(site, browser, entry):
+    """The first question answered with keys only: Tab into the block, the arrow keys choose an option (or the
+    digits are typed), Tab to Check and Space (or Enter in the field) shows the feedback; every control shows a
+    focus ring. On a 400 px phone the block fits the screen and the page does not scroll sideways."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
+    block = browser.find_element(By.CSS_SELECTOR, ".mha-quiz")
+    data = browser.execute_script("return JSON.parse(arguments[0].querySelector('script.mha-quiz-data')"
+                                  ".textContent);", block)
+    box = block.find_element(By.CSS_SELECTOR, "fieldset.mha-quiz-question")
+    q = data["questions"][0]
+    # start from the block's intro, which holds no control, and Tab forward
+    browser.execute_script("const p = arguments[0].querySelector('.mha-quiz-intro'); p.tabIndex = -1;"
+                           "p.scrollIntoView({block: 'center', behavior: 'instant'}); p.focus();", block)
+    active = "return document.activeElement;"
+    keys = ActionChains(browser)
+    keys.send_keys(Keys.TAB).perform()
+    first = browser.execute_script(active)
+    assert browser.execute_script("return arguments[0].contains(arguments[1]);", box, first), "Tab did not reach it"
+    ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
+                                  "return [s.outlineStyle, parseFloat(s.outlineWidth)];")
+    assert ring[0] != "none" and ring[1] >= 2, f"{entry}: no visible focus ring: {ring}"
+    if q["kind"] == "choice":
+        right = next(i for i, o in enumerate(q["options"]) if o["right"])
+        for _ in range(right):                      # Tab lands on the first option; Down moves to the next and checks it
+            ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+        if right == 0:
+            ActionChains(browser).send_keys(Keys.SPACE).perform()
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        assert browser.execute_script(active + ".className") == "mha-quiz-check"
+        ActionChains(browser).send_keys(Keys.SPACE).perform()
+    else:
+        ActionChains(browser).send_keys(typed_answers(q)[0]).send_keys(Keys.ENTER).perform()
+    shown = browser.execute_script(FEEDBACK_JS, box)
+    check_feedback(entry, shown, "right", q["right"])
+    ActionChains(browser).send_keys(Keys.TAB).perform()
+    ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
+                                  "return [document.activeElement.tagName, s.outlineStyle, parseFloat(s.outlineWidth)];")
+    assert ring[0] == "BUTTON" and ring[1] != "none" and ring[2] >= 2, f"{entry}: {ring}"
+
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{entry}.html"))
+        wait_for_math(browser)
+        block = browser.find_element(By.CSS_SELECTOR, ".mha-quiz")
+        widths = page_width_on_a_phone(browser)
+        fits = browser.execute_script(
+            "const b = arguments[0]; const r = b.getBoundingClientRect();"
+            "const out = Array.from(b.querySelectorAll('*')).filter(e => e.getBoundingClientRect().right > r.right + 1)"
+            ".map(e => e.tagName + ': ' + (e.textContent || '').slice(0, 40));"
+            "return {right: r.right, scroll: b.scrollWidth, client: b.clientWidth, out: out.slice(0, 5)};", block)
+        browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
+        block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_400.png"))
+    finally:
+        phone(browser, False)
+    assert widths["page"] <= PHONE_WIDTH, f"{entry}: the page is {widths['page']} px wide at 400 px: {widths['wide']}"
+    assert fits["right"] <= PHONE_WIDTH and fits["scroll"] <= fits["client"] + 1 and not fits["out"], f"{entry}: {fits}"
+
+
 # ---------------------------------------------------------------- the page as it prints, at both widths
 
 def wait_for_math(browser):
@@ -397,6 +608,33 @@ return Array.from(document.querySelectorAll('main mjx-container[display="true"]'
 """
 
 
+PHONE_WIDTH = 400
+
+# How wide a page is on the phone, and what pushes it. The screen is the layout viewport,
+# document.documentElement.clientWidth (400 px): under Chromium's mobile emulation window.innerWidth is the
+# visual viewport, which widens to the page's content when the page is wider than the screen (the browser zooms
+# out to fit it), so a page compared with window.innerWidth is compared with itself. That is how this check once
+# passed chapters 1, 6 and 8 at 429-461 px. What pushes a page: an element whose right edge passes the screen and
+# that no box scrolls or clips (a listing that scrolls in its own box is fine).
+PAGE_WIDTH_JS = """
+const screen = document.documentElement.clientWidth;
+const clipped = e => { for (let p = e.parentElement; p; p = p.parentElement) {
+  if (getComputedStyle(p).overflowX !== 'visible') { return true; } } return false; };
+const wide = Array.from(document.querySelectorAll('main *')).filter(e => {
+  const r = e.getBoundingClientRect();
+  return r.right > screen + 1 && r.width > 0 && !clipped(e) && !e.closest('.bd-sidebar-secondary'); })
+  .slice(0, 5).map(e => e.tagName + '.' + e.className + ' ending at ' + Math.round(e.getBoundingClientRect().right)
+                   + ' px: ' + (e.textContent || '').slice(0, 60));
+return {screen: screen, inner: window.innerWidth, page: document.documentElement.scrollWidth, wide: wide};
+"""
+
+
+def page_width_on_a_phone(browser):
+    widths = browser.execute_script(PAGE_WIDTH_JS)
+    assert widths["screen"] == PHONE_WIDTH, f"the phone's layout viewport is {widths['screen']} px"
+    return widths
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, browser, entry):
     """(a) at 400 px no page is wider than the screen (long inline code wraps, wide equations and listings
@@ -405,13 +643,7 @@ def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, 
     try:
         browser.get(urljoin(site, f"{entry}.html"))
         wait_for_math(browser)
-        widths = browser.execute_script(
-            "const w = window.innerWidth; const doc = document.documentElement.scrollWidth;"
-            "const wide = Array.from(document.querySelectorAll('main *')).filter(e => {"
-            "  const r = e.getBoundingClientRect(); return r.right > w + 1 && r.width > 0 &&"
-            "  !e.closest('pre, .highlight, .math, mjx-container, .table-wrapper, div.output, .mha-panel, table'); })"
-            ".slice(0, 5).map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 60));"
-            "return {screen: w, page: doc, wide: wide};")
+        widths = page_width_on_a_phone(browser)
         height = browser.execute_script("return document.documentElement.scrollHeight;")
         browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                                 {"width": 400, "height": min(height, 16000), "deviceScaleFactor": 1, "mobile": True})
@@ -429,6 +661,111 @@ def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, 
     fixed = sorted(n for (page, n) in KNOWN_WIDE_EQUATIONS if page == entry and (page, n) not in wide)
     assert not new, f"{entry}: display equations wider than the text column at 1280 px: {new}"
     assert not fixed, f"{entry}: equations {fixed} now fit; remove them from KNOWN_WIDE_EQUATIONS"
+
+
+def test_the_phone_check_sees_a_page_that_a_long_word_pushes_sideways(site, browser):
+    """The check above, fed a page that is too wide: a long inline code name that cannot wrap, as the pages of
+    chapters 1, 6 and 8 once had. It must see the page at more than 400 px, and name the word; window.innerWidth,
+    which the check once used, grows with the page and would have hidden it."""
+    chapter = next(e for e in ENTRIES if is_notebook(e))
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{chapter}.html"))
+        browser.execute_script(
+            "const p = document.createElement('p');"
+            "p.innerHTML = 'see <code class=\"docutils literal\"><span class=\"pre\" style=\"white-space: nowrap\">"
+            "M.position.sinusoidal_positions_of_a_very_long_name(n,</span></code>';"
+            "document.querySelector('main article section p').after(p);")
+        widths = page_width_on_a_phone(browser)
+    finally:
+        phone(browser, False)
+    assert widths["page"] > PHONE_WIDTH and widths["inner"] == widths["page"], widths
+    assert any("sinusoidal_positions_of_a_very_long_name" in w for w in widths["wide"]), widths["wide"]
+
+
+# ---------------------------------------------------------------- code and tables that fit their column
+
+# What does not fit its column, per page, at 1280 px and on a 400 px phone (issue 35, item 5):
+#   code     visible ordinary code cells (inputs not folded) whose longest line is wider than the cell;
+#   listing  listings of the package's source (show_source), folded or not, that scroll without saying how wide
+#            they are (a listing may scroll if it carries a note, class "mha-listing-width", saying its widest line);
+#   table    tables wider than their column.
+# The chapters' lines get wrapped after the chapter edits settle; until then each page's counts may only fall:
+# the test fails on a page over its count, and on a page under it (lower the count). The details (section, first
+# line, characters of the widest line, pixels) go to _build/screenshots/widths/<page>.json, with folded code cells
+# and printed outputs, which are reported but not counted.
+KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
+    "book/01_scaled_dot_product_attention": {"code": (11, 23), "listing": (1, 3), "table": (0, 0)},
+    "book/02_why_sqrt_dk": {"code": (6, 15), "listing": (3, 3), "table": (0, 0)},
+    "book/03_multi_head_attention": {"code": (12, 16), "listing": (1, 1), "table": (0, 1)},
+    "book/04_cost": {"code": (15, 19), "listing": (0, 1), "table": (0, 1)},
+    "book/05_gradients": {"code": (5, 19), "listing": (5, 5), "table": (0, 0)},
+    "book/06_masks": {"code": (14, 18), "listing": (2, 2), "table": (0, 0)},
+    "book/07_efficient_attention": {"code": (10, 16), "listing": (5, 5), "table": (0, 0)},
+    "book/09_kv_cache": {"code": (15, 19), "listing": (3, 3), "table": (0, 0)},
+    "book/11_heads_across_processes": {"code": (10, 15), "listing": (4, 4), "table": (0, 1)},
+    "book/13_one_head_two_jobs": {"code": (9, 16), "listing": (2, 3), "table": (0, 0)},
+    "book/15_real_model_heads": {"code": (8, 12), "listing": (1, 1), "table": (0, 0)},
+    "book/notation": {"code": (0, 0), "listing": (0, 0), "table": (0, 9)},
+}
+
+WIDTHS_JS = """
+const art = document.querySelector('main article') || document.querySelector('main');
+const over = e => e.scrollWidth > e.clientWidth + 1;
+const where = e => { const s = e.closest('section[id]'); return s ? s.id : ''; };
+const longest = e => (e.innerText || '').split('\\n').reduce((a, b) => Math.max(a, b.length), 0);
+const item = (kind, e, box) => ({kind: kind, section: where(e), width: Math.round(e.scrollWidth),
+  column: Math.round((box || e).clientWidth), chars: longest(e),
+  first: (e.innerText || '').split('\\n').find(l => l.trim()) || ''});
+const found = [];
+const folded = e => !!e.closest('details:not([open])');
+art.querySelectorAll('div.cell_input pre').forEach(p => {
+  if (!folded(p) && over(p)) { found.push(item('code', p)); } });
+art.querySelectorAll('table').forEach(t => {
+  const box = t.closest('.table-wrapper') || t.parentElement;
+  if (!folded(t) && t.getBoundingClientRect().width > box.clientWidth + 1) {
+    const i = item('table', t, box); i.width = Math.round(t.getBoundingClientRect().width); found.push(i); } });
+art.querySelectorAll('div.cell_output div.output:not(.text_html) pre').forEach(p => {
+  if (!folded(p) && over(p)) { found.push(item('output (reported)', p)); } });
+art.querySelectorAll('details:not([open])').forEach(d => { d.open = true; d.dataset.opened = '1'; });
+art.querySelectorAll('details[data-opened] div.cell_input pre').forEach(p => {
+  if (over(p)) { found.push(item('folded code (reported)', p)); } });
+art.querySelectorAll('div.cell_output div.text_html div.highlight pre').forEach(p => {  // folded or not
+  const noted = p.closest('div.text_html').querySelector('.mha-listing-width');
+  if (over(p) && !noted) { found.push(item('listing', p)); } });
+art.querySelectorAll('details[data-opened]').forEach(d => { d.open = false; delete d.dataset.opened; });
+return found;
+"""
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_code_cells_listings_and_tables_fit_their_column_at_both_widths(site, browser, entry):
+    import collections
+
+    found, counts = {}, {}
+    for width in (1280, PHONE_WIDTH):
+        phone(browser, width == PHONE_WIDTH)
+        try:
+            browser.get(urljoin(site, f"{entry}.html"))
+            wait_for_math(browser)
+            found[width] = browser.execute_script(WIDTHS_JS)
+        finally:
+            phone(browser, False)
+        counts[width] = collections.Counter(f["kind"] for f in found[width])
+    folder = SHOTS / "widths"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{entry.replace('/', '_')}.json").write_text(json.dumps(found, indent=1, ensure_ascii=False))
+    known = KNOWN_WIDE.get(entry, {})
+    summary = {kind: (counts[1280][kind], counts[PHONE_WIDTH][kind]) for kind in ("code", "listing", "table")}
+    print(f"{entry}: too wide for the column (1280 px, 400 px): {summary}; reported only: "
+          f"{ {k: (counts[1280][k], counts[PHONE_WIDTH][k]) for k in ('folded code (reported)', 'output (reported)')} }")
+    for kind, measured in summary.items():
+        allowed = known.get(kind, (0, 0))
+        for width, now, most in zip((1280, PHONE_WIDTH), measured, allowed):
+            wide = [f"{f['section']}: {f['chars']} characters, {f['width']} px in {f['column']} px: {f['first'][:50]!r}"
+                    for f in found[width] if f["kind"] == kind]
+            assert now <= most, f"{entry}: {now} {kind}(s) too wide at {width} px (at most {most}): {wide[:6]}"
+            assert now == most, f"{entry}: only {now} {kind}(s) too wide at {width} px now: lower KNOWN_WIDE to {now}"
 
 
 # The smallest text of a figure, as shown on the page, in CSS pixels: 9 points.

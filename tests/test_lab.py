@@ -1,5 +1,5 @@
 """Chapter 3's reader notebook in a real JupyterLab and Notebook 7, as a learner meets it: run it, move both sliders
-with the keyboard.
+with the keyboard, answer its Check yourself questions.
 
 The test starts JupyterLab (`make lab`'s front end, from .venv), then Notebook 7, on a free local port, on a copy of
 reader/book/03_multi_head_attention.ipynb in a temporary folder (JupyterLab saves what it runs), and drives
@@ -77,7 +77,7 @@ def lab(request, tmp_path_factory):
     else:
         server.terminate()
         pytest.fail(f"{request.param} did not start: " + (folder / "server.log").read_text()[-2000:])
-    yield request.param, f"http://127.0.0.1:{port}/{page}/{NOTEBOOK.name}?token={token}"
+    yield request.param, f"http://127.0.0.1:{port}/{page}/{NOTEBOOK.name}?token={token}", folder
     server.terminate()
     try:
         server.wait(timeout=30)
@@ -135,7 +135,7 @@ return Array.from(document.querySelectorAll('.mha-live-panel .widget-slider .wid
 def test_chapter_3_runs_and_its_live_sliders_follow_the_keyboard(lab, browser):
     from selenium.webdriver.common.keys import Keys
 
-    front_end, url = lab
+    front_end, url, _ = lab
 
     def shot(name):
         browser.save_screenshot(str(SHOTS / f"lab-{front_end}-{name}.png"))
@@ -235,3 +235,94 @@ def test_chapter_3_runs_and_its_live_sliders_follow_the_keyboard(lab, browser):
     assert "model not found" not in reopened
     time.sleep(1)
     shot("reopened")
+
+
+def test_chapter_3s_check_yourself_works_once_its_cell_has_run(lab, browser):
+    """The Check yourself block (mha_lessons/course/quiz.py) in a notebook opened for the first time: JupyterLab and
+    Notebook 7 do not run the script of a stored output in a notebook they do not trust, so the block shows its
+    questions and says to run the cell. Once the cells have run, the same block answers: a number typed and Enter,
+    an option chosen with the arrow keys and Check, each with its feedback, while the notebook's own keys (digits
+    turn a cell into a heading, arrows move between cells) stay off. A fresh copy of the notebook: the test above
+    saved its own, which Jupyter then trusts."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    front_end, url, folder = lab
+    fresh = "quiz-" + NOTEBOOK.name
+    shutil.copy(NOTEBOOK, folder / fresh)
+    browser.get(url.replace(f"/{NOTEBOOK.name}?", f"/{fresh}?"))
+    app = "window.jupyterapp.shell.currentWidget"
+    wait_for(browser, f"return !!(window.jupyterapp && {app} && {app}.sessionContext && {app}.sessionContext.session"
+                      f" && {app}.sessionContext.session.kernel)", 120, "the notebook")
+    quiz = ("const nb = window.jupyterapp.shell.currentWidget.content;"
+            "const i = nb.widgets.findIndex(c => c.model.sharedModel.getSource().includes('M.quiz'));"
+            "nb.scrollToItem(i, 'start'); return i;")
+    index = wait_for(browser, lambda: (lambda i: i + 1 if i is not None and i >= 0 else None)(
+        browser.execute_script(quiz)), 60, "the Check yourself cell") - 1
+    here = f"{app}.node.querySelector('.mha-quiz')"   # this notebook's block (the test above left its own open)
+    stored = wait_for(browser, f"const q = {here}; return q && {{ready: q.hasAttribute("
+                               "'data-ready'), note: (q.querySelector('.mha-quiz-run') || {}).textContent || '',"
+                               "questions: q.querySelectorAll('fieldset').length};", 60, "the stored block")
+    assert not stored["ready"] and "Run this cell" in stored["note"] and stored["questions"] == 5, stored
+    browser.execute_script(f"{here}.scrollIntoView({{block: 'start'}});")
+    time.sleep(1)
+    browser.save_screenshot(str(SHOTS / f"lab-{front_end}-quiz-stored.png"))
+
+    browser.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
+    wait_for(browser, f"const q = {here}; return q && q.hasAttribute('data-ready');", 300,
+             "the block's script after the run")
+    wait_for(browser, f"return {app}.sessionContext.session.kernel.status === 'idle'"
+                      f" && !document.body.textContent.includes('[*]');", 300, "the last cell")
+    browser.execute_script(quiz)
+    time.sleep(1)
+    cells = f"return {app}.content.widgets.length;"
+    count, active = browser.execute_script(cells), browser.execute_script(f"return {app}.content.activeCellIndex;")
+    feedback = (f"return Array.from({here}.querySelectorAll('fieldset')).map(f => "
+                "[f.querySelector('.mha-quiz-feedback').getAttribute('data-verdict'),"
+                " f.querySelector('.mha-quiz-feedback').innerText]);")
+
+    # question 1, a number: typed into the field, Enter checks it
+    field = browser.execute_script(f"return {here}.querySelector('fieldset input[type=text]');")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", field)
+    field.click()
+    ActionChains(browser).send_keys("2,362,368").send_keys(Keys.ENTER).perform()
+    first = wait_for(browser, lambda: (lambda f: f if f[0][0] else None)(browser.execute_script(feedback)), 30,
+                     "the first question's feedback")
+    assert first[0][0] == "right" and first[0][1].startswith("Right."), first[0]
+    field.clear()   # which also takes the focus away: a reader clicks in the field again
+    field.click()
+    ActionChains(browser).send_keys("2,359,296").send_keys(Keys.ENTER).perform()   # the biases left out
+    wait_for(browser, lambda: browser.execute_script(feedback)[0][0] == "wrong", 30, "the mistake's feedback")
+    assert "biases" in browser.execute_script(feedback)[0][1]
+
+    # question 4, a choice: the first option clicked, Down to the next, Tab to Check, Space
+    box = browser.execute_script(f"return {here}.querySelectorAll('fieldset')[3];")
+    radios = box.find_elements("css selector", "input[type=radio]")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
+    radios[0].click()
+    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+    assert radios[1].is_selected(), "the arrow key did not move to the next option"
+    ActionChains(browser).send_keys(Keys.TAB).send_keys(Keys.SPACE).perform()
+    fourth = wait_for(browser, lambda: (lambda f: f if f[3][0] else None)(browser.execute_script(feedback)), 30,
+                      "the fourth question's feedback")
+    assert fourth[3][0] in ("right", "wrong") and fourth[3][1], fourth[3]
+    browser.save_screenshot(str(SHOTS / f"lab-{front_end}-quiz-answered.png"))
+
+    # the answer's link to its section: the page's script finds the heading in the notebook and scrolls to it
+    box.find_element("css selector", ".mha-quiz-reveal").click()
+    link = wait_for(browser, lambda: browser.execute_script("return arguments[0].querySelector("
+                                                            "'.mha-quiz-feedback a');", box), 30, "the answer's link")
+    where = browser.current_url
+    link.click()
+    time.sleep(1)
+    heading = browser.execute_script(
+        f"const h = Array.from({app}.node.querySelectorAll('h1, h2, h3, h4')).find(h => h.textContent"
+        ".startsWith(arguments[0])); return h && [h.getBoundingClientRect().top, window.innerHeight];",
+        link.text.strip("“”"))
+    assert heading and 0 <= heading[0] < heading[1], f"the link did not bring {link.text} into view: {heading}"
+    assert browser.current_url == where
+    assert browser.execute_script(cells) == count, "a key press added or removed a cell"
+    assert browser.execute_script(f"return {app}.content.activeCellIndex;") in (active, index), "the keys moved the cursor"
+    assert browser.execute_script(f"return {app}.content.widgets[{index}].model.type;") == "code"
+    page = browser.execute_script("return document.body.innerText")
+    assert "Traceback" not in page

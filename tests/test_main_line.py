@@ -6,6 +6,10 @@
   other directives, such as a ``{warning}``, counts). The exercises and the references (from a ``## Exercises``,
   ``## References`` or ``## Further reading`` heading to the next ``## `` heading) are not the main line either. The
   rest is split at whitespace and counted; it must stay at or below ``MAX_WORDS``. Code cells do not count.
+  The "Check yourself" block (mha_lessons/course/quiz.py) is not part of the main line either: it tests the main
+  line rather than adding to it, a reader may skip it, and its questions are the output of a code cell. Its heading
+  cell (``## Check yourself`` and a sentence) is left out of the count, and may hold at most ``SELF_CHECK_WORDS``
+  words and no other heading, so that no prose can hide there.
 - **No forward references**, in the whole Markdown of a chapter (collapsed blocks included), of three kinds a
   test can see:
 
@@ -33,6 +37,8 @@ BOOK = ROOT / "book"
 ALL_CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
 CHAPTERS = ALL_CHAPTERS
 MAX_WORDS = 2500
+SELF_CHECK = re.compile(r"\A## Check yourself[ \t]*$", re.M)
+SELF_CHECK_WORDS = 60
 
 DROPDOWN = re.compile(
     r"^(:{3,})\{dropdown\}.*?^\1[ \t]*$"                      # :::{dropdown} Title ... :::
@@ -62,7 +68,7 @@ def main_line(markdown):
     return CODE.sub(" ", text)
 
 
-ASIDE_HEADING = re.compile(r"^##\s+(?:Exercises|References|Further reading)\b", re.M | re.I)
+ASIDE_HEADING = re.compile(r"^##\s+(?:Exercises|References|Further reading|Check yourself)\b", re.M | re.I)
 NEXT_HEADING = re.compile(r"^##\s", re.M)
 
 
@@ -128,6 +134,15 @@ def test_the_main_line_is_short_enough(path):
 def test_no_sentence_refers_forward(path):
     found = forward_references(markdown_cells(path), later_labels(path))
     assert not found, f"{path.name}: forward references: {found}"
+
+
+@pytest.mark.parametrize("path", ALL_CHAPTERS, ids=[p.name for p in ALL_CHAPTERS])
+def test_the_check_yourself_heading_cell_holds_no_prose(path):
+    for cell in markdown_cells(path):
+        if SELF_CHECK.match(cell):
+            words = len(cell.split())
+            assert words <= SELF_CHECK_WORDS, f"{path.name}: the Check yourself cell has {words} words"
+            assert len(re.findall(r"^#", cell, flags=re.M)) == 1, f"{path.name}: a heading in the Check yourself cell"
 
 
 def test_the_chapters_are_found():

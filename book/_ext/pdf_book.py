@@ -16,18 +16,30 @@ runs only when the builder writes LaTeX.
 - ``show_source`` outputs (IPython's ``Code``) carry a ``text/latex`` version written for nbconvert's
   preamble (``\\PY`` macros, an environment that cannot sit where myst-nb puts LaTeX output, in math): the
   PDF prints their plain text, the source as a code listing, instead.
+- A "Check yourself" block (mha_lessons/course/quiz.py) is an HTML output whose script checks the answers.
+  The PDF prints its questions, each choice question with its options (a), (b), ..., and gathers the answers,
+  why each is right and what each wrong answer reveals, with links to the sections, in a chapter "Answers to
+  the self-checks" at the end of the book (before the references).
 """
 
 import base64
 import hashlib
 import html
+import json
 import re
 from pathlib import Path
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.transforms.post_transforms import SphinxPostTransform
 
 PANEL = 'class="mha-panel"'
+QUIZ = 'class="mha-quiz"'
+QUIZ_DATA = re.compile(r'<script type="application/json" class="mha-quiz-data">(.*?)</script>', re.DOTALL)
+INLINE = re.compile(r"\$([^$]+)\$|`([^`]+)`|\*([^*\s][^*]*)\*")  # as mha_lessons/course/quiz.py writes text
+ANSWERS_TITLE = "Answers to the self-checks"
+ANSWERS_DOC = "book/self-check-answers"  # the name its labels take in the LaTeX file; no such source file
+ANSWERS_ID = "answers-to-the-self-checks"
 FRAME = re.compile(r'<img class="mha-panel-frame"[^>]*?>')
 ATTRIBUTE = re.compile(r'\b(src|alt)="([^"]*)"')
 
@@ -38,6 +50,12 @@ def _bundles(document):
         for node in document.findall(nodes.container)
         if node.get("nb_element") == "mime_bundle"
     ]
+
+
+def _ancestors(node):
+    while node.parent is not None:
+        node = node.parent
+        yield node
 
 
 def _child(bundle, mime_type):
@@ -87,6 +105,88 @@ def column_widths(table, least=6):
             for column, word in zip(lengths, words)]
 
 
+def quiz_data(markup):
+    """The questions of a "Check yourself" block's HTML, as its ``print`` data (text, options, answer, why, ...).
+
+    >>> quiz_data('<script type="application/json" class="mha-quiz-data">{"print": [{"text": "a <\\\\/b>"}]}</script>')
+    [{'text': 'a </b>'}]
+    """
+    match = QUIZ_DATA.search(markup)
+    return json.loads(match.group(1))["print"] if match else []  # JSON reads the page's "<\\/" as "</"
+
+
+def inline(text):
+    """Question text as docutils nodes: ``$math$`` typeset, ```code``` and ``*emphasis*``.
+
+    >>> [type(n).__name__ for n in inline("width $d_k$ of `q`, *sat*")]
+    ['Text', 'math', 'Text', 'literal', 'Text', 'emphasis']
+    """
+    out, last = [], 0
+    for match in INLINE.finditer(text):
+        if match.start() > last:
+            out.append(nodes.Text(text[last:match.start()]))
+        tex, code, emphasis = match.groups()
+        if tex is not None:
+            out.append(nodes.math(tex, tex))
+        elif code is not None:
+            out.append(nodes.literal(code, code))
+        else:
+            out.append(nodes.emphasis(emphasis, emphasis))
+        last = match.end()
+    if last < len(text):
+        out.append(nodes.Text(text[last:]))
+    return out
+
+
+def see(heading, anchor, docname):
+    """'See “heading”.' with a link to the section (Sphinx's LaTeX writer turns '%doc#id' into \\hyperref)."""
+    link = nodes.reference("", "", *inline(heading.lstrip("#").strip()), refuri=f"%{docname}#{anchor}",
+                           internal=True)
+    return [nodes.Text(" See “"), link, nodes.Text("”.")]
+
+
+def quiz_questions(questions):
+    """The questions as the PDF prints them: a numbered paragraph each, then its options (a), (b), ..."""
+    printed = []
+    for number, q in enumerate(questions, 1):
+        printed.append(nodes.paragraph("", "", nodes.strong(text=f"Question {number}. "), *inline(q["text"])))
+        if q["options"]:
+            options = nodes.enumerated_list(enumtype="loweralpha", prefix="(", suffix=")")
+            options += [nodes.list_item("", nodes.paragraph("", "", *inline(label))) for label in q["options"]]
+            printed.append(options)
+        else:
+            how = "the exact whole number" if q["tolerance"].startswith("the exact") else f"a number, {q['tolerance']}"
+            printed.append(nodes.paragraph("", "", nodes.emphasis(text=f"Answer with {how}.")))
+    return printed
+
+
+def _anchor(heading):
+    """The anchor Sphinx gives a heading (the one ``mha_lessons.course.quiz.section_anchor`` computes)."""
+    return nodes.make_id(re.sub(r"\$([^$]*)\$", r"\1", heading.lstrip("#").strip()))
+
+
+def quiz_answers(chapter, docname, questions):
+    """A chapter's answers: its title, then per question the key, why it is right and every wrong answer's reason."""
+    found = [nodes.rubric(text=chapter)]
+    answers = nodes.enumerated_list(enumtype="arabic", prefix="", suffix=".")
+    for q in questions:
+        letter = {label: "abcdef"[i] for i, label in enumerate(q["options"])}
+        shown = f"({letter[q['answer']]}) " if q["answer"] in letter else ""
+        item = nodes.list_item("", nodes.paragraph("", "", nodes.strong("", "", nodes.Text(shown), *inline(q["answer"])),
+                                                   nodes.Text(" — "), *inline(q["why"]),
+                                                   *see(q["see"], q["anchor"], docname)))
+        wrong = nodes.bullet_list()
+        for w in q["wrong"]:
+            shown = f"({letter[w['label']]}) " if w["label"] in letter else ""
+            wrong += nodes.list_item("", nodes.paragraph("", "", nodes.Text(shown), *inline(w["label"]),
+                                                         nodes.Text(" — "), *inline(w["feedback"]),
+                                                         *see(w["see"], _anchor(w["see"]), docname)))
+        if q["wrong"]:
+            item += wrong
+        answers += item
+    return found + [answers]
+
+
 class PrintableOutputs(SphinxPostTransform):
     """Unfold hidden cells; rewrite the mime bundles of panels and ``show_source`` before myst-nb picks one type."""
 
@@ -106,11 +206,21 @@ class PrintableOutputs(SphinxPostTransform):
                     colspec["colwidth"] = width
                 table["classes"].append("colwidths-given")
         folder = Path(self.app.outdir).parent / "jupyter_execute" / "pdf-panel-frames"
+        answers = []
         for bundle in _bundles(self.document):
             latex = _child(bundle, "text/latex")
             if latex is not None and _child(bundle, "text/plain") is not None:
                 bundle.remove(latex)
             markup = _child(bundle, "text/html")
+            if markup is not None and QUIZ in markup.astext():
+                questions = quiz_data(markup.astext())
+                docname, chapter = self.chapter_of(bundle)
+                answers += quiz_answers(chapter, docname, questions)
+                where = nodes.reference("", ANSWERS_TITLE, refuri=f"%{ANSWERS_DOC}#{ANSWERS_ID}", internal=True)
+                note = nodes.paragraph("", "", nodes.emphasis("", "The answers, with what each wrong answer reveals, "
+                                                              "are at the end of the book: ", where, "."))
+                bundle.replace_self(quiz_questions(questions) + [note])
+                continue
             if markup is None or PANEL not in markup.astext():
                 continue
             figures = []
@@ -126,6 +236,34 @@ class PrintableOutputs(SphinxPostTransform):
             text = _child(bundle, "text/plain")
             after = list(text.children) if text is not None else []
             bundle.replace_self(figures + after)
+        if answers:
+            self.add_answers(answers)
+
+    def chapter_of(self, node):
+        """(docname, title) of the chapter a node stands in. In the book's one tree (Sphinx's
+        ``inline_all_toctrees``) each file's sections carry its ``docname``; the topmost one is the chapter."""
+        chapter = None
+        for parent in _ancestors(node):
+            if isinstance(parent, nodes.section):
+                chapter = parent
+        if chapter is None:
+            return self.env.docname, self.env.docname
+        title = next(chapter.findall(nodes.title), None)
+        return chapter.get("docname", self.env.docname), title.astext() if title is not None else chapter["docname"]
+
+    def add_answers(self, answers):
+        """The chapter of answers, at the level of the book's chapters, before the references (else at the end)."""
+        section = nodes.section("", nodes.title(text=ANSWERS_TITLE), ids=[ANSWERS_ID],
+                                names=[ANSWERS_TITLE.lower()])
+        section += nodes.paragraph(text="For each chapter's “Check yourself” questions: the answer and why it is "
+                                        "right, then what each wrong answer reveals, with the section that settles it.")
+        section += answers
+        files = [n for n in self.document.findall(addnodes.start_of_file)]
+        last = next((f for f in files if f["docname"].endswith("references")), None)
+        if last is not None:
+            last.parent.insert(last.parent.index(last), addnodes.start_of_file("", section, docname=ANSWERS_DOC))
+        else:
+            self.document += section
 
 
 def setup(app):

@@ -1,0 +1,373 @@
+"""The "Check yourself" blocks (mha_lessons/course/quiz.py): what a question may not be, what the page carries, and
+every stored key and wrong value of the chapters recomputed by an independent oracle (closed forms, PyTorch, its
+FLOP counter). The blocks in a real browser: tests/test_browser.py; in JupyterLab and Notebook 7: tests/test_lab.py.
+"""
+
+import copy
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from mha_lessons.course import quiz
+from mha_lessons.course.quiz import Choice, Mistake, Numeric, Shape, check_yourself
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+DATA = re.compile(r'<script type="application/json" class="mha-quiz-data">(.*?)</script>', re.DOTALL)
+SEE = "1. The example"
+
+
+def numeric(**changes):
+    args = dict(text="How many pairs?", key=21, why="Query i sees i + 1 keys.", see=SEE,
+                mistakes=[Mistake(15, "The diagonal is allowed.", see=SEE), Mistake(36, "That is every pair.", see=SEE)])
+    args.update(changes)
+    return Numeric(**args)
+
+
+def shape(**changes):
+    args = dict(text="What shape?", key=(2, 3), why="One row per query.", see=SEE,
+                wrong=[Mistake((2, 7), "Those are the weights.", see=SEE), Mistake((7, 3), "One row per key.", see=SEE)])
+    args.update(changes)
+    return Shape(**args)
+
+
+def choice(**changes):
+    args = dict(text="What grows?", key="softmax", label="The softmax.", why="One per head.", see=SEE,
+                wrong=[Mistake("params", "They stay.", see=SEE, label="The parameters."),
+                       Mistake("width", "It shrinks.", see=SEE, label="The width.")])
+    args.update(changes)
+    return Choice(**args)
+
+
+# ---------------------------------------------------------------- what a question may not be
+
+@pytest.mark.parametrize("make, changes, message", [
+    (numeric, dict(mistakes=[Mistake(21, "Same as the key.", see=SEE)]), "equals the key"),
+    (numeric, dict(key=0.7, absolute=0.1, mistakes=[Mistake(0.75, "Close.", see=SEE)]), "accepts the listed mistake"),
+    (numeric, dict(key=100, relative=0.05, mistakes=[Mistake(104, "Within 5%.", see=SEE)]), "accepts the listed mistake"),
+    (numeric, dict(key=0.5, absolute=0.01, mistakes=[Mistake(0.7, "A.", see=SEE), Mistake(0.71, "B.", see=SEE)]),
+     "duplicates"),
+    (numeric, dict(mistakes=[Mistake(15, "", see=SEE)]), "feedback of the wrong answer 15 is missing"),
+    (numeric, dict(mistakes=[Mistake(15, "The diagonal.", see=" ")]), "section (see=) of the wrong answer 15"),
+    (numeric, dict(why=""), "explanation (why=)"),
+    (numeric, dict(why="Two\nlines."), "one line"),
+    (numeric, dict(see=""), "section (see=)"),
+    (numeric, dict(key=0.768), "needs a tolerance"),
+    (numeric, dict(absolute=-1), "tolerances must be >= 0"),
+    (numeric, dict(key=float("nan"), absolute=1), "finite"),
+    (shape, dict(wrong=[Mistake((2, 3), "Same.", see=SEE), Mistake((7, 3), "Key.", see=SEE)]),
+     "equals the key: two options would both be right"),
+    (shape, dict(wrong=[Mistake((7, 3), "A.", see=SEE), Mistake((7, 3), "B.", see=SEE)]), "duplicates"),
+    (shape, dict(wrong=[Mistake((7, 3), "Only one wrong option.", see=SEE)]), "at least two wrong options"),
+    (choice, dict(wrong=[Mistake("softmax", "Computed right after all.", see=SEE, label="The FLOPs."),
+                         Mistake("width", "It shrinks.", see=SEE, label="The width.")]), "both be right"),
+    (choice, dict(wrong=[Mistake("params", "They stay.", see=SEE, label="The softmax."),
+                         Mistake("width", "It shrinks.", see=SEE, label="The width.")]), "print alike"),
+    (choice, dict(wrong=[Mistake("params", "  ", see=SEE, label="The parameters."),
+                         Mistake("width", "It shrinks.", see=SEE, label="The width.")]), "feedback"),
+    (choice, dict(text="What is $\\frac{a}{b}$?"), "not in the quiz's TeX subset"),
+    (choice, dict(position=3), "position 3"),
+])
+def test_a_question_that_cannot_teach_is_refused_with_a_value_error_naming_it(make, changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make(**changes)
+
+
+@pytest.mark.parametrize("make, changes", [
+    (numeric, dict(key="21")), (numeric, dict(key=True)), (shape, dict(key=(2.0, 3))), (shape, dict(key="(2, 3)")),
+    (numeric, dict(mistakes=[(15, "not a Mistake")])),
+])
+def test_a_value_of_the_wrong_type_is_a_type_error(make, changes):
+    with pytest.raises(TypeError):
+        make(**changes)
+
+
+def test_a_block_has_three_to_six_distinct_questions():
+    with pytest.raises(ValueError, match="3 to 6 questions, got 2"):
+        check_yourself(numeric(), shape())
+    with pytest.raises(ValueError, match="3 to 6 questions, got 7"):
+        check_yourself(*[numeric(text=f"Question {i}?") for i in range(7)])
+    with pytest.raises(ValueError, match="same text"):
+        check_yourself(numeric(), numeric(), shape())
+    with pytest.raises(TypeError):
+        check_yourself(numeric(), shape(), "a question?")
+
+
+def test_answers_are_judged_with_the_stated_tolerance_and_the_mistakes_with_the_same_one():
+    q = numeric(key=0.768, absolute=0.005, mistakes=[Mistake(0.867, "Raw scores.", see=SEE),
+                                                     Mistake(0.667, "No exp.", see=SEE)])
+    assert q.judge(0.768)[0] == q.judge(0.773)[0] == q.judge(0.763)[0] == "right"   # the edges count
+    assert q.judge(0.7731) == ("wrong", None)                                       # just outside, no slip known
+    assert q.judge(0.87) == ("wrong", "Raw scores.") and q.judge(0.663) == ("wrong", "No exp.")
+    assert q.tolerance_text() == "within ±0.005"
+    relative = numeric(key=1000, relative=0.01, mistakes=[Mistake(1200, "Too many.", see=SEE)])
+    assert relative.judge(1010)[0] == "right" and relative.judge(1011)[0] == "wrong"
+    assert relative.judge(1211) == ("wrong", "Too many.")                           # 1% of the mistake's value
+    exact = numeric()
+    assert exact.judge(21)[0] == "right" and exact.judge(21.5) == ("wrong", None)
+    assert exact.tolerance_text() == "the exact whole number"
+    s = shape()
+    assert s.judge("(2, 3)")[0] == "right" and s.judge("(7, 3)") == ("wrong", "One row per key.")
+    with pytest.raises(ValueError):
+        s.judge("(3, 2)")
+
+
+def test_math_and_section_anchors_are_those_the_site_shows():
+    """The TeX subset renders as the site would typeset it, and every heading of every chapter gets the anchor
+    docutils gives it (the website's section ids)."""
+    from docutils.nodes import make_id
+
+    assert quiz.math_html(r"d_\text{model} \times h") == "<i>d</i><sub>model</sub> × <i>h</i>"
+    assert quiz.math_plain(r"1/\sqrt{d_k}") == "1/√d_k"
+    assert quiz.text_html("a < b, `x<y`") == "a &lt; b, <code>x&lt;y</code>"
+    headings = [line.lstrip("#").strip() for path in CHAPTERS for cell in json.loads(path.read_text())["cells"]
+                if cell["cell_type"] == "markdown" for line in "".join(cell["source"]).splitlines()
+                if re.match(r"#{1,4} ", line)]
+    assert len(headings) > 100
+    for heading in headings:
+        assert quiz.section_anchor(heading) == make_id(re.sub(r"\$([^$]*)\$", r"\1", heading)), heading
+
+
+# ---------------------------------------------------------------- what the page carries
+
+def block():
+    return check_yourself(numeric(), shape(), choice(),
+                          numeric(text="A weight of key $k_0$?", key=0.768, absolute=0.005,
+                                  mistakes=[Mistake(0.867, "Raw *scores*.", see="3. Step 2: divide by $\\sqrt{d_k}$")]))
+
+
+def test_the_html_holds_every_question_option_and_control_and_loads_nothing():
+    b = block()
+    page = b.to_html()
+    for i, q in enumerate(b.questions):
+        assert f"Question {i + 1}.</strong> {quiz.text_html(q.text)}</legend>" in page
+        if isinstance(q, Choice):
+            for label, _ in q.options():
+                assert f">{quiz.text_html(label)}</label>" in page
+    assert page.count('role="status" aria-live="polite"') == len(b.questions)
+    assert page.count("<fieldset") == len(b.questions) == page.count('class="mha-quiz-check"')
+    inputs = re.findall(r'<input [^>]*id="([^"]+)"', page)
+    assert len(inputs) == 1 + 3 + 3 + 1 and len(set(inputs)) == len(inputs)
+    for ident in inputs:                                            # every control has a visible label
+        assert f'<label for="{ident}">' in page
+    assert 'href="#step-2-divide-by-sqrt-d-k"' in json.loads(DATA.search(page).group(1))["questions"][3]["mistakes"][0]["html"]
+    for url in re.findall(r"(?:src|href)=\"([^\"]+)\"", page + quiz.QUIZ_JS):
+        assert url.startswith("#"), f"the block links out of the page: {url}"
+    assert not re.search(r"https?:|//[\w.-]+\.\w{2,}/|import\(|fetch\(|XMLHttpRequest", page)
+    data = json.loads(DATA.search(page).group(1))
+    assert [q["kind"] for q in data["questions"]] == ["number", "choice", "choice", "number"]
+    assert data["questions"][0]["key"] == 21 and data["questions"][3]["key"] == 0.768
+    text = b.to_text()
+    assert all(quiz.text_plain(q.text) in text for q in b.questions) and "0.768" not in text   # no answers in it
+    assert "(b) (2, 3)" in text or "(a) (2, 3)" in text or "(c) (2, 3)" in text
+
+
+def test_the_same_block_renders_the_same_html_and_a_float_key_keeps_six_digits():
+    assert block().to_html() == block().to_html()
+    q = numeric(key=2 / 3, absolute=0.005, mistakes=[])
+    assert q.browser()["key"] == 0.666667
+
+
+# ---------------------------------------------------------------- the chapters' blocks, recomputed
+
+def stored_blocks(path):
+    """Every Check yourself block a chapter stores: (the page's data, the questions as printed)."""
+    found = []
+    for cell in json.loads(path.read_text())["cells"]:
+        for output in cell.get("outputs", []):
+            markup = "".join(output.get("data", {}).get("text/html", ""))
+            if 'class="mha-quiz"' in markup:
+                found.append(json.loads(DATA.search(markup).group(1)))
+    return found
+
+
+def chapter_block(name):
+    blocks = stored_blocks(ROOT / "book" / name)
+    assert len(blocks) == 1, f"{name}: {len(blocks)} Check yourself blocks"
+    return blocks[0]
+
+
+def question(block, words):
+    found = [(page, printed) for page, printed in zip(block["questions"], block["print"]) if words in printed["text"]]
+    assert len(found) == 1, f"no single question says {words!r}"
+    return found[0]
+
+
+def near(x, value, page):
+    return abs(x - value) <= max(page["abs"], page["rel"] * abs(value)) * (1 + quiz.SLACK) + quiz.SLACK * abs(value)
+
+
+def check_number(block, words, expected, mistakes):
+    """The stored key is ``expected`` (to the 6 digits the page keeps), the wrong values are ``mistakes``, and the
+    tolerance accepts the key and none of them."""
+    page, _ = question(block, words)
+    assert page["kind"] == "number"
+    assert math.isclose(page["key"], expected, rel_tol=1e-5), f"{words}: key {page['key']}, recomputed {expected}"
+    values = [m["value"] for m in page["mistakes"]]
+    assert len(values) == len(mistakes)
+    for value, recomputed in zip(sorted(values), sorted(mistakes)):
+        assert math.isclose(value, recomputed, rel_tol=1e-5), f"{words}: wrong value {value}, recomputed {recomputed}"
+    for value in values:
+        assert not near(value, page["key"], page), f"{words}: the tolerance accepts the listed mistake {value}"
+
+
+def check_option(block, words, right, wrong):
+    """The option marked right prints as ``right``; the wrong ones as ``wrong`` (a set of labels)."""
+    page, printed = question(block, words)
+    marked = [label for label, option in zip(printed["options"], page["options"]) if option["right"]]
+    assert marked == [right], f"{words}: the page marks {marked} right, recomputed {right}"
+    assert set(printed["options"]) - {right} == set(wrong), f"{words}: wrong options {printed['options']}"
+
+
+def shape_label(shape):
+    return quiz.shown(tuple(int(s) for s in shape))
+
+
+def check_chapter_1(block):
+    import torch
+
+    F = torch.nn.functional
+    q = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
+    k = torch.tensor([[2.0, 0.0], [0.0, 2.0], [1.0, 0.0]], dtype=torch.float64)
+    raw = (q @ k.T)[0]
+    check_number(block, "What weight does key 0 get", torch.softmax(raw / math.sqrt(2), -1)[0].item(),
+                 [torch.softmax(raw, -1)[0].item(), (raw[0] / raw.sum()).item(), 1.0])
+    out = F.scaled_dot_product_attention(torch.zeros(2, 16), torch.zeros(7, 16), torch.zeros(7, 3))
+    check_option(block, "What shape is the output", shape_label(out.shape),
+                 {shape_label((2, 7)), shape_label((7, 3)), shape_label((2, 16))})
+    n = 6
+    check_number(block, "how many (query, key) pairs", torch.ones(n, n).tril().sum().item(), [n * (n - 1) / 2, n * n])
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    swap = [3, 1, 2, 0, 4]
+    y, y_swapped = F.scaled_dot_product_attention(x, x, x), F.scaled_dot_product_attention(*(x[swap],) * 3)
+    assert torch.allclose(y_swapped, y[swap]) and not torch.allclose(y_swapped, y)
+    check_option(block, "two tokens of a sentence trade places",
+                 "Each token gets the output it had, at its new place.",
+                 {"Every output changes.", "The outputs stay in place."})
+    p = 0.25
+    dropped = F.dropout(torch.ones(1000, dtype=torch.float64), p=p)             # torch scales what it keeps
+    scale = dropped[dropped != 0].unique()
+    assert scale.numel() == 1
+    check_number(block, "What does it sum to now", scale.item(), [1.0, 1 - p])   # a row of sum 1, all kept
+
+
+def check_chapter_3(block):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def torch_params(d_model, h, bias=True):
+        return sum(p.numel() for p in torch.nn.MultiheadAttention(d_model, h, bias=bias, device="meta").parameters())
+
+    d, h = 768, 12
+    d_k = d // h
+    check_number(block, "How many learnable numbers", torch_params(d, h),
+                 [torch_params(d, h, bias=False), 4 * d * d_k + 3 * d_k + d, h * 4 * d * d + 3 * h * d + d])
+    assert torch_params(d, h) == 4 * d * d + 4 * d
+    n = 10
+    split = torch.zeros(n, d).view(n, h, d_k).transpose(0, 1)                  # (n, d) -> (n, h, d_k) -> (h, n, d_k)
+    check_option(block, "once split into heads", shape_label(split.shape),
+                 {shape_label((n, h, d_k)), shape_label((h, n, d)), shape_label((n, d))})
+    layer = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    _, w = layer(torch.zeros(5, 16), torch.zeros(9, 16), torch.zeros(9, 16), average_attn_weights=False)
+    check_option(block, "What shape are the attention weights", shape_label(w.shape),
+                 {shape_label((4, 9, 5)), shape_label((5, 9)), shape_label((4, 9, 9))})
+
+    def matmul_flops(h):
+        layer, x = torch.nn.MultiheadAttention(512, h, batch_first=True), torch.zeros(1, 4, 512)
+        with FlopCounterMode(display=False) as counter:
+            layer(x, x, x, need_weights=False)
+        return counter.get_total_flops()
+
+    grows = {"The number of parameters.": torch_params(512, 8) > torch_params(512, 1),
+             "The FLOPs of the matrix products.": matmul_flops(8) > matmul_flops(1),
+             "The width of each head.": 512 // 8 > 512 // 1,
+             "The FLOPs of the softmax.": 8 * 4 * 4 > 1 * 4 * 4}                # one softmax per score of each head
+    (right,) = [label for label, grown in grows.items() if grown]
+    check_option(block, "which of these grows", right, set(grows) - {right})
+    n, d, h = 2048, 1024, 16
+    with torch.device("meta"):
+        x = torch.zeros(n, d)
+        _, w = torch.nn.MultiheadAttention(d, h)(x, x, x, average_attn_weights=False)
+    check_number(block, "How many attention weights", w.numel(), [n * n, n * d, h * n * n * (d // h)])
+
+
+CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "03_multi_head_attention.ipynb": check_chapter_3}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_a_chapters_keys_and_wrong_values_match_an_independent_computation(name):
+    CHECKS[name](chapter_block(name))
+
+
+def test_every_chapter_with_a_block_is_checked_here():
+    with_blocks = {path.name for path in CHAPTERS if stored_blocks(path)}
+    assert with_blocks == set(CHECKS), f"blocks whose keys no test recomputes: {sorted(with_blocks - set(CHECKS))}"
+
+
+def test_the_checks_fail_on_a_wrong_key_a_wrong_option_or_a_tolerance_that_accepts_a_mistake():
+    """Tampered copies of chapter 3's stored block: each recomputation above must catch the change."""
+    good = chapter_block("03_multi_head_attention.ipynb")
+    check_chapter_3(good)
+    tampered = []
+    wrong_key = copy.deepcopy(good)
+    question(wrong_key, "How many learnable numbers")[0]["key"] = 4 * 768 ** 2   # the biases forgotten in the key
+    tampered.append(wrong_key)
+    wide = copy.deepcopy(good)
+    question(wide, "How many learnable numbers")[0]["abs"] = 5000                 # accepts "no biases" (3,072 off)
+    tampered.append(wide)
+    marked = copy.deepcopy(good)
+    options = question(marked, "which of these grows")[0]["options"]
+    right = next(i for i, option in enumerate(options) if option["right"])
+    options[right]["right"], options[right - 1]["right"] = False, True              # another option marked right
+    tampered.append(marked)
+    shapes = copy.deepcopy(good)
+    printed = question(shapes, "once split into heads")[1]
+    printed["options"] = [label.replace("(12, 10, 64)", "(10, 12, 64)") for label in printed["options"]]
+    tampered.append(shapes)
+    for block in tampered:
+        with pytest.raises(AssertionError):
+            check_chapter_3(block)
+
+
+def strings(value):
+    """Every string inside a JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v)
+
+
+@pytest.mark.parametrize("path", [p for p in CHAPTERS if stored_blocks(p)], ids=lambda p: p.name)
+def test_every_section_a_block_points_to_is_a_heading_of_its_chapter(path):
+    """A heading renamed or renumbered without its questions would leave links to nowhere."""
+    cells = json.loads(path.read_text())["cells"]
+    headings = {line.lstrip("#").strip() for cell in cells if cell["cell_type"] == "markdown"
+                for line in "".join(cell["source"]).splitlines() if re.match(r"#{1,4} ", line)}
+    for block in stored_blocks(path):
+        for printed, page in zip(block["print"], block["questions"]):
+            sections = [printed["see"]] + [w["see"] for w in printed["wrong"]]
+            assert set(sections) <= headings, f"{path.name}: no such heading: {set(sections) - headings}"
+            assert printed["anchor"] == quiz.section_anchor(printed["see"])
+            links = re.findall(r'href="#([^"]+)"', " ".join(strings(page)))
+            assert links and set(links) <= {quiz.section_anchor(h) for h in headings}
+
+
+@pytest.mark.parametrize("path", [p for p in CHAPTERS if stored_blocks(p)], ids=lambda p: p.name)
+def test_the_block_closes_the_main_line_under_its_heading_before_the_exercises(path):
+    cells = json.loads(path.read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells]
+    heading = next(i for i, s in enumerate(sources) if cells[i]["cell_type"] == "markdown"
+                   and s.startswith("## Check yourself"))
+    block_cell = next(i for i, c in enumerate(cells) if any(
+        'class="mha-quiz"' in "".join(o.get("data", {}).get("text/html", "")) for o in c.get("outputs", [])))
+    exercises = next((i for i, s in enumerate(sources) if s.startswith("## Exercises")), len(cells))
+    assert heading + 1 == block_cell < exercises
+    assert "hide-input" in cells[block_cell]["metadata"].get("tags", [])
+    assert "M.quiz" in sources[block_cell]
