@@ -6,9 +6,11 @@ tests check them against PyTorch (``torch.nn.MultiheadAttention.parameters()``, 
 the tensors autograd saves) and against the arrays the package's own code creates and reads.
 """
 
+from fractions import Fraction
+
 import numpy as np
 
-from ._checks import head_widths, require_positive_int
+from ._checks import head_widths, require_int_at_least, require_positive_int
 
 
 def param_count(d_model, num_heads, *, bias=True, d_k=None, d_v=None):
@@ -205,6 +207,116 @@ def mha_memory(n, d_model, num_heads, m=None, *, batch=1, dtype="float32"):
     memory["parameters"] = param_count(d_model, num_heads) * size
     return memory
 
+
+# ---------------------------------------------------------------- where the n² part takes over; what a kernel moves
+
+
+def ffn_flops(n, d_model, d_ff, *, batch=1):
+    """FLOPs of the two matrix products of a Transformer block's feed-forward sublayer.
+
+    ``(B, n, d_model) @ (d_model, d_ff)``, then ``(B, n, d_ff) @ (d_ff, d_model)``: ``2 · 2 B n d_model d_ff``
+    (a multiply-add is 2 FLOPs). The activation and the biases, one operation per number, are left out, as the
+    ``matmul`` entry of ``mha_flops`` leaves out the softmax.
+
+    Examples
+    --------
+    >>> ffn_flops(4, 8, 32) == 2 * (2 * 4 * 8 * 32)
+    True
+    """
+    for name, value in (("n", n), ("d_model", d_model), ("d_ff", d_ff), ("batch", batch)):
+        require_positive_int(value, name)
+    return 2 * 2 * batch * n * d_model * d_ff
+
+
+def crossover_length(d_model, num_heads, *, d_ff=0, causal=False):
+    """The sequence length from which self-attention's n² products cost more FLOPs than the products that grow like n.
+
+    Read from the counts, not from a formula typed here: ``mha_flops`` at any length n gives the scores and the
+    weighted sum (together ``4 n² d_model``, growing like n²) and the four projections (``8 n d_model²``, like n);
+    a Transformer block adds its feed-forward products (``ffn_flops``, like n) when ``d_ff > 0``. The two parts
+    are equal at ``n* = n · linear(n) / quadratic(n)``. ``causal=True`` counts half the n² products, as a kernel
+    that skips the masked half of the scores does.
+
+    Parameters
+    ----------
+    d_model, num_heads : int
+    d_ff : int, keyword-only
+        Width of the feed-forward block; 0 (the default) for the attention sublayer alone.
+    causal : bool, keyword-only
+
+    Returns
+    -------
+    float
+        n*, a whole number whenever the sizes make it one.
+
+    Examples
+    --------
+    >>> crossover_length(512, 8)                           # the attention sublayer alone: 2 d_model
+    1024.0
+    >>> crossover_length(512, 8, d_ff=4 * 512)             # a block with d_ff = 4 d_model: 6 d_model
+    3072.0
+    >>> crossover_length(512, 8, d_ff=4 * 512, causal=True)    # and a causal kernel: 12 d_model
+    6144.0
+    """
+    require_int_at_least(d_ff, "d_ff", 0)
+    n = d_model  # any length will do: each part is a whole multiple of n or of n²
+    flops = mha_flops(n, d_model, num_heads, bias=False)
+    quadratic = Fraction(flops["scores"] + flops["weighted_sum"], 2 if causal else 1)
+    linear = flops["matmul"] - flops["scores"] - flops["weighted_sum"] + (ffn_flops(n, d_model, d_ff) if d_ff else 0)
+    return float(n * linear / quadratic)
+
+
+def attention_core_traffic(n, d_k, *, fused, m=None, batch=1, num_heads=1, io_bytes=2, score_bytes=4, causal=False):
+    """FLOPs of the attention core, softmax(q kᵀ / √d_k) v in every head, and the fewest bytes it must move.
+
+    **FLOPs**: the two products, ``2 · 2 B h n m d_k`` (the ``scores`` and ``weighted_sum`` of ``mha_flops``,
+    and the count PyTorch's FLOP counter and chapter 4's GPU measurements use); ``causal=True`` halves them, as a
+    kernel that skips the masked half of the scores does.
+
+    **Bytes**, read from or written to the GPU's main memory (or a CPU's), at least once each:
+
+    - every path reads q ``(B, h, n, d_k)``, k and v ``(B, h, m, d_k)`` and writes the output ``(B, h, n, d_k)``,
+      ``io_bytes`` per number (2 for bf16 or fp16);
+    - a path that is not fused also writes the ``(B, h, n, m)`` scores, reads them for the softmax, writes the
+      weights and reads them for the weighted sum: ``4 B h n m`` numbers of ``score_bytes`` each (4 where it keeps
+      them in float32, as PyTorch's unfused ``math`` path does for bf16 inputs). It writes every score even when
+      causal: the masked ones are set to -inf, not skipped.
+    - a fused kernel keeps its tiles of scores and weights on the chip and moves only q, k, v and the output.
+
+    Parameters
+    ----------
+    n, d_k : int
+        Queries per head and their width (``d_v = d_k``).
+    fused : bool, keyword-only
+    m, batch, num_heads : int, keyword-only
+        Keys per head (default ``n``), B and h.
+    io_bytes, score_bytes : int, keyword-only
+        Bytes per number of q, k, v and the output; of the scores and weights of an unfused path.
+    causal : bool, keyword-only
+
+    Returns
+    -------
+    dict
+        ``flops``, ``bytes`` and ``intensity`` (FLOPs per byte).
+
+    Examples
+    --------
+    >>> attention_core_traffic(8192, 64, fused=True)["intensity"]          # n / 2 FLOPs per byte in bf16
+    4096.0
+    >>> round(attention_core_traffic(8192, 64, fused=False)["intensity"], 2)   # about d_k / 4 with float32 scores
+    15.94
+    """
+    m = n if m is None else m
+    for name, value in (("n", n), ("m", m), ("d_k", d_k), ("batch", batch), ("num_heads", num_heads),
+                        ("io_bytes", io_bytes), ("score_bytes", score_bytes)):
+        require_positive_int(value, name)
+    heads = batch * num_heads
+    flops = Fraction(2 * 2 * heads * n * m * d_k, 2 if causal else 1)  # q kᵀ and (weights) v
+    moved = heads * (2 * n + 2 * m) * d_k * io_bytes  # q, k, v read; the output written
+    if not fused:
+        moved += 4 * heads * n * m * score_bytes  # scores written and read, weights written and read
+    flops = int(flops) if flops.denominator == 1 else float(flops)
+    return {"flops": flops, "bytes": moved, "intensity": flops / moved}
 
 
 def measure_peak_bytes(fn):
