@@ -222,17 +222,39 @@ def gpu_attention_table():
     rows = [{"backend": r["backend"], **{key: int(r[key]) for key in ("B", "h", "n", "d_k")},
              "causal": r["causal"].strip().lower() in ("true", "1"), "ms": number(r["fwd_ms"]),
              "tflops": number(r["fwd_tflops"]), "peak_mib": number(r["fwd_peak_mib"])} for r in table]
-    machine_keys = [key for key in ("gpu", "driver", "cuda", "torch", "triton", "date") if key in table[0]]
-    if "machine" in table[0]:
-        machine = table[0]["machine"]
-    elif machine_keys:
-        machine = ", ".join(f"{key} {table[0][key]}" for key in machine_keys)
-    else:
-        sidecar = GPU_ANCHOR[1] if not own else "gpu_attention.md"
-        lines = read_result(sidecar).splitlines() if has_result(sidecar) else []
-        machine = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Machine:")),
-                       "machine not recorded")
+    sidecar = "gpu_attention.md" if own else GPU_ANCHOR[1]
+    machine = machine_from_summary(read_result(sidecar) if has_result(sidecar) else "")
     return rows, machine, own
+
+
+def machine_from_summary(text):
+    """The machine a benchmark's Markdown summary names, in one line, with its date but no time of day.
+
+    A summary names its machine either in a line ``Machine: ...`` or in bullets ``- gpu: ...``, ``- driver: ...``,
+    ``- cuda: ...``, ``- torch: ...``, ``- triton: ...``, ``- date: ...`` (as ``benchmarks/bench_gpu.py`` writes
+    them). A stored notebook output must not carry a time of day, so only the date is kept.
+
+    Examples
+    --------
+    >>> machine_from_summary("Machine: one H100, PyTorch 2.11; measured 2026-11-26.")
+    'one H100, PyTorch 2.11; measured 2026-11-26.'
+    >>> machine_from_summary("- date: 2026-11-27 09:15 UTC\\n- gpu: NVIDIA H100 80GB HBM3\\n- torch: 2.11.0")
+    'gpu NVIDIA H100 80GB HBM3; torch 2.11.0; measured 2026-11-27'
+    >>> machine_from_summary("")
+    'machine not recorded'
+    """
+    import re
+
+    lines = text.splitlines()
+    for line in lines:
+        if line.startswith("Machine:"):
+            return line.split(":", 1)[1].strip()
+    bullets = dict(re.findall(r"^- (\w+): (.+)$", text, flags=re.M))
+    named = [f"{key} {bullets[key]}" for key in ("gpu", "driver", "cuda", "torch", "triton") if key in bullets]
+    date = re.search(r"\d{4}-\d{2}-\d{2}", bullets.get("date", ""))
+    if date:
+        named.append(f"measured {date.group(0)}")
+    return "; ".join(named) if named else "machine not recorded"
 
 
 def gpu_ceilings():
