@@ -1,34 +1,37 @@
-"""Time multi-head attention: our numpy layer against torch's CPU layer, and what each speed-up bought.
+"""Time multi-head attention on a CPU: our numpy layer beside PyTorch's, what each speed-up bought, and threads.
 
-Six measurements, each the fastest of several repeats, written to mha_lessons/results/:
+Chapter 4 reads the tables this script writes into mha_lessons/results/ (and, with ``--out DIR``, copies there):
 
-1. ``mha_vs_n.csv``: time against the sequence length n (d_model = 512, h = 8, batch 1, float32)
-   for numpy and torch, with numpy's peak memory (tracemalloc) beside the formula's prediction;
-   the exponent of time against n is fitted over the large-n points, with its standard error.
-2. ``mha_vs_width.csv``: time against d_model at n = 512.
-3. ``mha_target.csv``: the target point (B = 4, n = 1024, d_model = 512, h = 8, float32):
-   four versions of the attention core, from a straightforward one to the package's, against
-   torch, with achieved GFLOP/s as a fraction of this machine's numpy matmul GFLOP/s.
-4. ``mha_stages.csv``: each stage of the package's layer timed on its own at the target point, with its
-   FLOPs and the bytes it must move (``M.complexity.mha_intensity``).
-5. ``mha_machine.csv``: the machine's speeds that a roofline model needs: the FLOP rate P of a large
-   float32 matrix product, and the byte rate W of an element-wise pass over an array too large for the
-   caches: in place, into a new array, and for the exponential.
-6. ``mha_torch_paths.csv`` (``--torch-paths`` runs only this): at the target point, the package's layer beside
-   PyTorch's layer on both of its paths: ``need_weights=True`` (it computes and returns every head's weights, the
-   path the rest of the script times) and ``need_weights=False`` (its usual path, a fused attention kernel that
-   never returns the weights), in several runs, each with the load average of the machine while it ran.
+1. ``mha_vs_n.csv``: time against the sequence length n (d_model = 512, h = 8, batch 1, float32) for numpy
+   and torch (``need_weights=True``), with numpy's peak memory (tracemalloc) beside the formula's prediction.
+2. ``mha_target.csv``: the target point (B = 4, n = 1024, d_model = 512, h = 8, float32): four versions of the
+   attention core, from a straightforward one to the package's, then the package's layer and torch's.
+3. ``mha_upcast.csv``: the two matrix products that the straightforward version runs in float64 (a float64
+   scale promotes the scores, then the weights times v, then the heads' outputs times W_O), timed in float64
+   and in float32 at the target point: the part of change 1's saving that is arithmetic, not memory passes.
+4. ``mha_stages.csv``: each stage of the package's layer timed on its own at the target point, with its FLOPs
+   and the bytes it must move (``M.complexity.mha_intensity``).
+5. ``mha_machine.csv``: the machine's rates that a roofline needs, on one thread: the FLOP rate of a large
+   float32 matrix product, and the byte rate of an element-wise pass over an array far larger than the caches
+   (in place, into a new array, and the exponential).
+6. ``mha_threads.csv``: at the target point, the numpy layer beside PyTorch's CPU paths
+   (``nn.MultiheadAttention`` with ``need_weights=True`` and ``False``, and the same projections around
+   ``F.scaled_dot_product_attention``) on 1, 2 and all the machine's threads; the median, fastest and slowest
+   of several calls each, and the machine (CPU model, cores, BLAS, versions, date) in every row.
 
-plus ``mha_summary.md`` (the machine, the fits, the ratios) and ``mha_vs_n.png``.
-The chapter on cost reads these files.
+plus ``mha_summary.md`` (the machine, the fits, the ratios).
 
-Both libraries run on one thread unless OMP_NUM_THREADS (or OPENBLAS_NUM_THREADS, MKL_NUM_THREADS) is set:
-the same share of the machine for each, and no waiting for a second thread that other work on a shared machine
-has delayed. On this project's two-core machine the target point's ratio came out between 0.82 and 0.93 in
-three runs with two threads, and between 0.87 and 0.94 in seven runs with one thread while this script was being
-revised. The summary records the setting.
+Parts 1-5 run on one thread: the environment variables below are set before numpy and torch are imported (they
+have no effect later), and torch is told the same. Part 6 runs each thread count in a fresh Python process
+whose environment sets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS, and calls
+``torch.set_num_threads``. Every time is ``time.perf_counter`` around one call; the versions being compared
+take turns, so that a change of the machine's load affects them alike.
 
-Usage: python benchmarks/bench_mha.py [--quick | --torch-paths]
+Run it on a quiet machine: a ranking read from a machine that other work loads is not a ranking. The full run
+takes about 1-1.5 minutes on a quiet 16-core server and 2-3 minutes on a 2-core one; ``--quick`` (small sizes,
+results into benchmarks/quick/, not the package) under a minute.
+
+Usage: python benchmarks/bench_mha.py [--quick] [--out DIR]
 """
 
 import os
@@ -38,7 +41,14 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -50,13 +60,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mha_lessons as M  # noqa: E402
 from _machine import QUICK_RESULTS, RESULTS, describe  # noqa: E402
 
+TARGET = dict(batch=4, n=1024, d_model=512, h=8)  # the target point of chapter 4
+QUICK_TARGET = dict(batch=1, n=256, d_model=512, h=8)
 
 
 # ---------------------------------------------------------------- four versions of the attention core
 # Each takes heads q (..., n, d_k), k and v (..., m, d_k) and returns the output and the weights.
 
 def core_straightforward(q, k, v):
-    """Textbook code: np.sqrt returns a float64 scalar, which silently upcasts float32 scores to float64."""
+    """Textbook code: np.sqrt returns a float64 scalar, which silently upcasts float32 scores to float64.
+
+    The weights are then float64 too, so ``weights @ v`` (float64 times float32) runs as a float64 product,
+    and so does the output projection after it: two matrix products in float64, besides the passes.
+    """
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])  # float64 (..., n, m)
     e = np.exp(scores - scores.max(axis=-1, keepdims=True))  # two more (..., n, m) temporaries
     weights = e / e.sum(axis=-1, keepdims=True)  # and one more
@@ -96,20 +112,15 @@ def layer_with_core(core, x, params):
     """Self-attention with the package's projections and heads around a given attention core."""
     h = params.num_heads
     q, k, v = (M.split_heads(x @ w + b, h) for w, b in ((params.w_q, params.b_q), (params.w_k, params.b_k),
-                                                          (params.w_v, params.b_v)))  # (B, h, n, d_k)
+                                                          (params.w_v, params.b_v)))  # (B, n, d_model) -> (B, h, n, d_k)
     out, weights = core(q, k, v)
     return M.combine_heads(out) @ params.w_o + params.b_o, weights  # (B, h, n, d_k) -> (B, n, d_model)
 
 
 # ---------------------------------------------------------------- timing helpers
 
-def best_times(fns, repeats):
-    """The fastest of ``repeats`` calls of each function, after one warm-up call each.
-
-    The functions take turns, so that a change of the machine's load affects them alike. The fastest call,
-    not the median, because other work on a shared machine can only slow a call down: on this project's
-    machine the median of five calls at n = 2896 moved by 40 % between two runs of the script.
-    """
+def call_times(fns, repeats):
+    """Seconds of ``repeats`` calls of each function, after one warm-up call each, the functions taking turns."""
     for fn in fns:
         fn()  # warm up
     times = [[] for _ in fns]
@@ -118,143 +129,163 @@ def best_times(fns, repeats):
             start = time.perf_counter()
             fn()
             own.append(time.perf_counter() - start)
-    return [min(own) for own in times]
+    return times
+
+
+def best_times(fns, repeats):
+    """The fastest of ``repeats`` calls of each function (other work can only slow a call down)."""
+    return [min(own) for own in call_times(fns, repeats)]
 
 
 def best_time(fn, repeats):
     return best_times([fn], repeats)[0]
 
 
-def repeats_for(seconds_per_call, budget=3.0, lo=5, hi=15):
+def repeats_for(seconds_per_call, budget=1.0, lo=2, hi=8):
     return int(min(hi, max(lo, budget // max(seconds_per_call, 1e-6))))
 
 
 def setup(batch, n, d_model, h, seed=0):
     params = M.init_params(d_model, h, seed=seed, dtype=np.float32)
-    x = np.random.default_rng(seed).normal(size=(batch, n, d_model)).astype(np.float32)
+    x = np.random.default_rng(seed).normal(size=(batch, n, d_model)).astype(np.float32)  # (B, n, d_model)
     module = M.params_to_torch(params)
     return params, x, module, torch.from_numpy(x)
 
 
-def time_pair(batch, n, d_model, h):
-    params, x, module, xt = setup(batch, n, d_model, h)
+def torch_layers(module, xt, h):
+    """PyTorch's CPU paths for the same layer, each a function of no arguments."""
+    batch, n, d_model = xt.shape
+    d_k = d_model // h
+    w_in, b_in = module.in_proj_weight, module.in_proj_bias  # (3 d_model, d_model), (3 d_model,)
+    w_out, b_out = module.out_proj.weight, module.out_proj.bias
 
-    def ours():
-        M.multihead_attention(x, x, x, params)
+    def need_weights(flag):
+        def run():
+            with torch.no_grad():
+                if flag:
+                    return module(xt, xt, xt, need_weights=True, average_attn_weights=False)[0]
+                return module(xt, xt, xt, need_weights=False)[0]
+        return run
 
-    def theirs():
+    def sdpa():
         with torch.no_grad():
-            module(xt, xt, xt, need_weights=True, average_attn_weights=False)
+            qkv = torch.nn.functional.linear(xt, w_in, b_in)  # (B, n, 3 d_model)
+            q, k, v = qkv.view(batch, n, 3, h, d_k).permute(2, 0, 3, 1, 4)  # -> 3 of (B, h, n, d_k)
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (B, h, n, d_k)
+            o = o.transpose(1, 2).reshape(batch, n, d_model)  # (B, h, n, d_k) -> (B, n, d_model)
+            return torch.nn.functional.linear(o, w_out, b_out)
 
-    start = time.perf_counter()
-    ours()
-    reps = repeats_for(time.perf_counter() - start)
-    t_ours, t_theirs = best_times([ours, theirs], reps)  # taking turns, like the target point
-    return t_ours, t_theirs, reps
-
-
-peak_bytes = M.complexity.measure_peak_bytes
-
-
-def matmul_gflops(size=2048, repeats=5):
-    """R_FLOP of chapter 4: the float32 FLOP rate of one large square matrix product, the BLAS's best case."""
-    a = np.random.default_rng(0).normal(size=(size, size)).astype(np.float32)
-    t = best_time(lambda: a @ a, repeats)
-    return 2 * size ** 3 / t / 1e9
+    return {"torch nn.MultiheadAttention, need_weights=True": need_weights(True),
+            "torch nn.MultiheadAttention, need_weights=False": need_weights(False),
+            "torch F.scaled_dot_product_attention (same projections)": sdpa}
 
 
-def stream_gbps(numbers=4 * 8 * 1024 * 1024, repeats=7, *, kind="in place"):
-    """The rate at which one element-wise pass streams a float32 array: chapter 4's R_mem (in place), R_new.
-
-    The array has as many numbers as the scores at the target point (B h n m), far more than any cache holds.
-    Each pass reads every number and writes one (8 bytes a number):
-
-    - ``"in place"``: a multiplication written back into the array, as the softmax's passes work;
-    - ``"new array"``: the same multiplication into a new array, as ``scores / scale`` or ``scores - max`` would;
-    - ``"exp"``: the exponential into an existing array, the softmax's costliest pass.
-    """
-    a = np.full(numbers, -0.5, dtype=np.float32)
-    out = np.empty_like(a)
-    one = np.float32(1.0)
-    pass_ = {"in place": lambda: np.multiply(a, one, out=a), "new array": lambda: np.multiply(a, one),
-             "exp": lambda: np.exp(a, out=out)}[kind]
-    return 8 * numbers / best_time(pass_, repeats) / 1e9
-
-
-def warm_memory(gib=6):
-    """Touch a few GiB once before timing anything.
-
-    On a virtual machine the first use of a page of memory can be far slower than any later use (the host
-    backs guest memory lazily): on this project's machine, fresh memory was first written at 0.4 GB/s and at
-    8 GB/s on a second try. The layers allocate large arrays, so without this the first measurements would
-    time the host, not the code.
-    """
-    np.ones(gib * 2**30 // 4, dtype=np.float32)
-
-
-def write_csv(name, header, rows):
-    with open(RESULTS / name, "w", newline="") as f:
+def write_csv(results, name, header, rows):
+    with open(results / name, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows(rows)
 
 
-# ---------------------------------------------------------------- the three measurements
+def blas_description():
+    """numpy's BLAS and torch's, as each library reports it: 'numpy: scipy-openblas 0.3.31; torch: mkl'."""
+    numpy_blas = "unknown"
+    try:
+        info = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        numpy_blas = f"{info.get('name', '?')} {info.get('version', '')}".strip()
+    except Exception:  # older numpy: no mode="dicts"
+        pass
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    capability = re.search(r"CPU capability usage: (\w+)", config)
+    return (f"numpy: {numpy_blas}; torch: {blas.group(1) if blas else 'unknown'}"
+            + (f" ({capability.group(1)} kernels)" if capability else ""))
 
-def sweep_n(ns, d_model=512, h=8):
+
+def versions():
+    return f"Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}"
+
+
+def machine_line():
+    """The machine and versions in one line, as the chapters print it: CPU, cores, system, Python, numpy, torch."""
+    return f"{describe()}, torch {torch.__version__}"
+
+
+def today():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+# ---------------------------------------------------------------- 1. time against n
+
+def sweep_n(results, ns, d_model=512, h=8):
     rows = []
     for i, n in enumerate(ns, 1):
-        ours, theirs, reps = time_pair(1, n, d_model, h)
-        params, x, _, _ = setup(1, n, d_model, h)
-        peak = peak_bytes(lambda: M.multihead_attention(x, x, x, params))
+        params, x, module, xt = setup(1, n, d_model, h)
+        ours = lambda: M.multihead_attention(x, x, x, params)  # noqa: E731
+        theirs = torch_layers(module, xt, h)["torch nn.MultiheadAttention, need_weights=True"]
+        start = time.perf_counter()
+        ours()
+        reps = repeats_for(time.perf_counter() - start)
+        t_ours, t_theirs = best_times([ours, theirs], reps)
+        peak = M.complexity.measure_peak_bytes(ours)
         predicted = M.complexity.mha_memory(n, d_model, h)["activations"]
         flops = M.complexity.mha_flops(n, d_model, h)["total"]
-        rows.append([n, ours, theirs, peak, predicted, flops])
-        print(f"  [{i}/{len(ns)}] n = {n:>5}: numpy {ours * 1e3:8.1f} ms, torch {theirs * 1e3:8.1f} ms "
-              f"({reps} repeats), peak {peak / 2**20:7.1f} MiB", flush=True)
-    write_csv("mha_vs_n.csv", ["n", "numpy_s", "torch_s", "numpy_peak_bytes", "predicted_bytes", "flops"], rows)
+        rows.append([n, t_ours, t_theirs, peak, predicted, flops])
+        print(f"  [{i}/{len(ns)}] n = {n:>5}: numpy {t_ours * 1e3:8.1f} ms, torch {t_theirs * 1e3:8.1f} ms "
+              f"({reps} calls each), peak {peak / 2**20:7.1f} MiB", flush=True)
+    write_csv(results, "mha_vs_n.csv", ["n", "numpy_s", "torch_s", "numpy_peak_bytes", "predicted_bytes", "flops"],
+              rows)
     return rows
 
 
-def sweep_width(widths, n=512, h=8):
-    rows = []
-    for i, d in enumerate(widths, 1):
-        ours, theirs, reps = time_pair(1, n, d, h)
-        rows.append([d, ours, theirs, M.complexity.mha_flops(n, d, h)["total"]])
-        print(f"  [{i}/{len(widths)}] d_model = {d:>5}: numpy {ours * 1e3:8.1f} ms, torch {theirs * 1e3:8.1f} ms",
-              flush=True)
-    write_csv("mha_vs_width.csv", ["d_model", "numpy_s", "torch_s", "flops"], rows)
-    return rows
+# ---------------------------------------------------------------- 2. the four cores at the target point
 
-
-def target_point(batch=4, n=1024, d_model=512, h=8, repeats=7):
+def target_point(results, batch, n, d_model, h, repeats):
     params, x, module, xt = setup(batch, n, d_model, h)
     flops = M.complexity.mha_flops(n, d_model, h, batch=batch)["matmul"]
-    peak_matmul = matmul_gflops()
     reference, _ = M.multihead_attention(x, x, x, params)
-    for label, core in CORES:
-        y, _ = layer_with_core(core, x, params)
-        np.testing.assert_allclose(y, reference, rtol=2e-3, atol=2e-4)  # every version computes the same layer
-
-    def torch_layer():
-        with torch.no_grad():
-            module(xt, xt, xt, need_weights=True, average_attn_weights=False)
-
-    versions = [(label, lambda core=core: layer_with_core(core, x, params)) for label, core in CORES]
-    versions += [("M.multihead_attention", lambda: M.multihead_attention(x, x, x, params)),
-                 ("torch.nn.MultiheadAttention", torch_layer)]
-    times = best_times([fn for _, fn in versions], repeats)  # every version, torch included, taking turns
-    t_torch = times[-1]
-    rows = [[label, t, t / t_torch, flops / t / 1e9, flops / t / 1e9 / peak_matmul]
-            for (label, _), t in zip(versions, times)]
+    for _, core in CORES:  # every version computes the same layer
+        np.testing.assert_allclose(layer_with_core(core, x, params)[0], reference, rtol=2e-3, atol=2e-4)
+    torch_layer = torch_layers(module, xt, h)["torch nn.MultiheadAttention, need_weights=True"]
+    version_fns = [(label, lambda core=core: layer_with_core(core, x, params)) for label, core in CORES]
+    version_fns += [("M.multihead_attention", lambda: M.multihead_attention(x, x, x, params)),
+                    ("torch.nn.MultiheadAttention", torch_layer)]
+    times = best_times([fn for _, fn in version_fns], repeats)
+    rows = [[label, t, t / times[-1], flops / t / 1e9] for (label, _), t in zip(version_fns, times)]
     for i, row in enumerate(rows, 1):
         print(f"  [{i}/{len(rows)}] {row[0]}: {row[1] * 1e3:.0f} ms = {row[2]:.2f} x torch", flush=True)
-    t_pkg = times[-2]
-    write_csv("mha_target.csv", ["version", "seconds", "ratio_to_torch", "gflops", "fraction_of_matmul"], rows)
-    return rows, peak_matmul, t_pkg / t_torch
+    write_csv(results, "mha_target.csv", ["version", "seconds", "ratio_to_torch", "gflops"], rows)
+    return rows
 
 
-def stage_profile(batch=4, n=1024, d_model=512, h=8, repeats=7):
+# ---------------------------------------------------------------- 3. the float64 products of change 1
+
+def upcast_products(results, batch, n, d_model, h, repeats):
+    """The weighted sum and the output projection in float64 (as the straightforward core runs them) and float32."""
+    params, x, _, _ = setup(batch, n, d_model, h)
+    d_k = d_model // h
+    q, k, v = (M.split_heads(x @ w, h) for w in (params.w_q, params.w_k, params.w_v))  # (B, h, n, d_k)
+    weights32 = M.attention.softmax_inplace((q @ np.swapaxes(k, -1, -2)) / math.sqrt(d_k))  # (B, h, n, m)
+    weights64 = weights32.astype(np.float64)  # what the straightforward core's float64 weights look like
+    concat32 = M.combine_heads(weights32 @ v)  # (B, h, n, d_k) -> (B, n, d_model)
+    concat64 = concat32.astype(np.float64)
+    parts = {  # part: (float32 call, float64 call as numpy promotes it: float64 times float32)
+        "weighted_sum": (lambda: weights32 @ v, lambda: weights64 @ v),
+        "output_projection": (lambda: concat32 @ params.w_o, lambda: concat64 @ params.w_o),
+    }
+    assert (weights64 @ v).dtype == (concat64 @ params.w_o).dtype == np.float64  # the promotion the core suffers
+    fns = [fn for pair in parts.values() for fn in pair]
+    times = best_times(fns, repeats)
+    rows = [[name, times[2 * i], times[2 * i + 1]] for i, name in enumerate(parts)]
+    for name, t32, t64 in rows:
+        print(f"  {name:>17}: float32 {t32 * 1e3:6.1f} ms, float64 {t64 * 1e3:6.1f} ms", flush=True)
+    write_csv(results, "mha_upcast.csv", ["product", "float32_s", "float64_s"], rows)
+    return rows
+
+
+# ---------------------------------------------------------------- 4. each stage at the target point
+
+def stage_profile(results, batch, n, d_model, h, repeats):
     """Time each stage of the package's layer on its own, at the target point, the stages taking turns.
 
     The stages are those of ``M.complexity.mha_intensity`` and run the package's own lines in its order,
@@ -299,130 +330,194 @@ def stage_profile(batch=4, n=1024, d_model=512, h=8, repeats=7):
         print(f"  {name:>17}: {t * 1e3:7.1f} ms, {flops / t / 1e9:6.1f} GFLOP/s, {moved / t / 1e9:6.1f} GB/s",
               flush=True)
     print(f"  sum of the stages {sum(r[1] for r in rows) * 1e3:.0f} ms, the whole layer {times[-1] * 1e3:.0f} ms")
-    write_csv("mha_stages.csv", ["stage", "seconds", "flops", "bytes"], rows + [["whole layer", times[-1], "", ""]])
+    write_csv(results, "mha_stages.csv", ["stage", "seconds", "flops", "bytes"],
+              rows + [["whole layer", times[-1], "", ""]])
     return rows, times[-1]
 
 
-def torch_paths(batch=4, n=1024, d_model=512, h=8, repeats=7, runs=5):
-    """The target point's three layers, taking turns: ours, and PyTorch's with and without the weights.
+# ---------------------------------------------------------------- 5. the machine's rates, one thread
 
-    ``runs`` separate measurements, each the fastest of ``repeats`` interleaved calls, each row with the machine's
-    load average: on a shared, loaded machine one run can rank PyTorch's two paths either way, so the table keeps
-    every run and the chapter says in how many of them each path was faster.
+def matmul_gflops(size=2048, repeats=5):
+    """R_FLOP of chapter 4: the float32 FLOP rate of one large square matrix product, the BLAS's best case."""
+    a = np.random.default_rng(0).normal(size=(size, size)).astype(np.float32)
+    t = best_time(lambda: a @ a, repeats)
+    return 2 * size ** 3 / t / 1e9
+
+
+def stream_gbps(numbers, repeats=7, *, kind="in place"):
+    """The rate at which one element-wise pass streams a float32 array: chapter 4's R_mem (in place), R_new.
+
+    The array has as many numbers as the scores at the target point (B h n m), far more than a cache holds.
+    Each pass reads every number and writes one (8 bytes a number):
+
+    - ``"in place"``: a multiplication written back into the array, as the softmax's passes work;
+    - ``"new array"``: the same multiplication into a new array, as ``scores / scale`` or ``scores - max`` would;
+    - ``"exp"``: the exponential into an existing array, the softmax's costliest pass.
     """
+    a = np.full(numbers, -0.5, dtype=np.float32)
+    out = np.empty_like(a)
+    one = np.float32(1.0)
+    pass_ = {"in place": lambda: np.multiply(a, one, out=a), "new array": lambda: np.multiply(a, one),
+             "exp": lambda: np.exp(a, out=out)}[kind]
+    return 8 * numbers / best_time(pass_, repeats) / 1e9
+
+
+def machine_rates(results, numbers, matmul_size):
+    peak = matmul_gflops(matmul_size)
+    rates = {kind: stream_gbps(numbers, kind=kind) for kind in ("in place", "new array", "exp")}
+    write_csv(results, "mha_machine.csv", ["quantity", "value", "unit"],
+              [["matmul_float32", peak, "GFLOP/s"], ["inplace_pass_float32", rates["in place"], "GB/s"],
+               ["new_array_pass_float32", rates["new array"], "GB/s"], ["exp_pass_float32", rates["exp"], "GB/s"]])
+    print(f"  matmul {peak:.1f} GFLOP/s; passes: in place {rates['in place']:.1f}, new array "
+          f"{rates['new array']:.1f}, exp {rates['exp']:.1f} GB/s", flush=True)
+    return peak, rates
+
+
+def warm_memory(gib):
+    """Touch a few GiB once before timing anything.
+
+    On a virtual machine the first use of a page of memory can be far slower than any later use (the host
+    backs guest memory lazily): on this project's machine, fresh memory was first written at 0.4 GB/s and at
+    8 GB/s on a second try. The layers allocate large arrays, so without this the first measurements would
+    time the host, not the code.
+    """
+    np.ones(int(gib * 2**30) // 4, dtype=np.float32)
+
+
+# ---------------------------------------------------------------- 6. threads: numpy beside torch's CPU paths
+
+def thread_worker(threads, batch, n, d_model, h, repeats):
+    """Run in a fresh process whose environment pins BLAS to ``threads``: time the four layers, print JSON."""
+    torch.set_num_threads(threads)
     params, x, module, xt = setup(batch, n, d_model, h)
-
-    def torch_layer(need_weights):
-        with torch.no_grad():
-            if need_weights:
-                return module(xt, xt, xt, need_weights=True, average_attn_weights=False)
-            return module(xt, xt, xt, need_weights=False)
-
+    layers = {"numpy M.multihead_attention": lambda: M.multihead_attention(x, x, x, params)}
+    layers.update(torch_layers(module, xt, h))
     ours, _ = M.multihead_attention(x, x, x, params)
-    for need_weights in (True, False):  # both paths compute the same layer as ours
-        np.testing.assert_allclose(torch_layer(need_weights)[0].numpy(), ours, rtol=2e-3, atol=2e-4)
-    versions = [("M.multihead_attention", lambda: M.multihead_attention(x, x, x, params)),
-                ("torch.nn.MultiheadAttention, need_weights=True", lambda: torch_layer(True)),
-                ("torch.nn.MultiheadAttention, need_weights=False", lambda: torch_layer(False))]
+    for label, fn in layers.items():  # every path computes the same layer
+        np.testing.assert_allclose(np.asarray(fn()[0] if label.startswith("numpy") else fn()), ours,
+                                   rtol=2e-3, atol=2e-4, err_msg=label)
+    times = call_times(list(layers.values()), repeats)
+    print(json.dumps({"threads": threads, "torch_threads": torch.get_num_threads(),
+                      "times": dict(zip(layers, times))}))
+
+
+def thread_table(results, thread_counts, target, repeats):
+    machine = describe()
     rows = []
-    for run in range(1, runs + 1):
-        load_before = os.getloadavg()[0]
-        times = best_times([fn for _, fn in versions], repeats)
-        load = max(load_before, os.getloadavg()[0])
-        rows += [[run, label, t, t / times[1], load] for (label, _), t in zip(versions, times)]
-        print(f"  run {run}: " + ", ".join(f"{label} {t * 1e3:.0f} ms" for (label, _), t in zip(versions, times))
-              + f"; load average {load:.1f} on {os.cpu_count()} logical cores", flush=True)
-    write_csv("mha_torch_paths.csv", ["run", "version", "seconds", "ratio_to_torch_need_weights", "load_average"],
-              rows)
+    for threads in thread_counts:
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+                   MKL_NUM_THREADS=str(threads))
+        command = [sys.executable, __file__, "--thread-worker", str(threads), "--repeats", str(repeats),
+                   "--size", ",".join(str(target[key]) for key in ("batch", "n", "d_model", "h"))]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the worker for {threads} threads failed:\n{done.stderr}")
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        for label, times in report["times"].items():
+            rows.append([threads, label, statistics.median(times), min(times), max(times), len(times),
+                         machine, blas_description(), versions(), today()])
+            print(f"  {threads:>3} threads: {label:<56} median {statistics.median(times) * 1e3:7.1f} ms "
+                  f"(fastest {min(times) * 1e3:.1f}, slowest {max(times) * 1e3:.1f})", flush=True)
+    write_csv(results, "mha_threads.csv", ["threads", "version", "median_s", "min_s", "max_s", "calls", "machine",
+                                           "blas", "versions", "date"], rows)
     return rows
 
 
-def plot(rows_n, slope, se_slope, slope_t, se_t):
-    import matplotlib
+# ---------------------------------------------------------------- the run
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ns = np.array([r[0] for r in rows_n])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.loglog(ns, [r[1] for r in rows_n], "o-", label=f"numpy (slope {slope:.2f} ± {se_slope:.2f})")
-    ax.loglog(ns, [r[2] for r in rows_n], "s-", label=f"torch (slope {slope_t:.2f} ± {se_t:.2f})")
-    ax.set_xlabel("sequence length n")
-    ax.set_ylabel("seconds per forward pass")
-    ax.set_title("d_model = 512, h = 8, batch 1, float32")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "mha_vs_n.png", dpi=100)
+WRITTEN = ("mha_vs_n.csv", "mha_target.csv", "mha_upcast.csv", "mha_stages.csv", "mha_machine.csv",
+           "mha_threads.csv", "mha_summary.md")
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run, to check the script works")
-    parser.add_argument("--torch-paths", action="store_true",
-                        help="time only PyTorch's two paths beside the package's layer at the target point")
-    args = parser.parse_args()
-    global RESULTS
-    if args.quick:  # a check of the script, not results: keep the stored ones untouched
-        RESULTS = QUICK_RESULTS
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    if args.torch_paths:
-        print(f"Machine: {describe()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
-        warm_memory(2)
-        torch_paths()
+    parser.add_argument("--quick", action="store_true", help="small sizes, results into benchmarks/quick/")
+    parser.add_argument("--out", type=Path, help="also copy the tables into this folder")
+    parser.add_argument("--thread-worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=5, help=argparse.SUPPRESS)
+    parser.add_argument("--size", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.thread_worker:
+        batch, n, d_model, h = (int(v) for v in args.size.split(","))
+        thread_worker(args.thread_worker, batch, n, d_model, h, args.repeats)
         return
-    # above n = 1024 in steps of about sqrt(2), so that the slope's fit has points to spare
+    results = QUICK_RESULTS if args.quick else RESULTS
+    results.mkdir(parents=True, exist_ok=True)
+    target = QUICK_TARGET if args.quick else TARGET
+    repeats = 3 if args.quick else 5
+    cores = os.cpu_count() or 1
+    thread_counts = sorted({1, min(2, cores), cores})
+    start = time.perf_counter()
+    print(f"Machine: {machine_line()}; BLAS {blas_description()}; "
+          f"torch uses {torch.get_num_threads()} thread(s) in parts 1-5", flush=True)
+    warm_memory(0.5 if args.quick else 4)
+    parts = []
+
+    def part(title, fn):
+        t0 = time.perf_counter()
+        print(title, flush=True)
+        value = fn()
+        parts.append((title, time.perf_counter() - t0))
+        return value
+
     ns = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 1448, 2048, 2896, 4096]
-    widths = [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024, 2048]
-    print(f"Machine: {describe()}; torch uses {torch.get_num_threads()} threads")
-    warm_memory(1 if args.quick else 6)
-    print("1. time against n")
-    rows_n = sweep_n(ns)
+    rows_n = part("1. time against n, one thread", lambda: sweep_n(results, ns))
+    target_rows = part("2. the four cores at the target point", lambda: target_point(results, **target,
+                                                                                    repeats=repeats))
+    upcast = part("3. the two products the float64 scale promotes",
+                  lambda: upcast_products(results, **target, repeats=repeats))
+    stage_rows, layer_s = part("4. each stage at the target point",
+                               lambda: stage_profile(results, **target, repeats=repeats))
+    numbers = target["batch"] * target["h"] * target["n"] ** 2  # as many as the target's scores
+    peak, rates = part("5. the machine's rates, one thread",
+                       lambda: machine_rates(results, numbers, 512 if args.quick else 2048))
+    threads = part(f"6. numpy beside torch's CPU paths on {thread_counts} threads",
+                   lambda: thread_table(results, thread_counts, target, repeats))
+
     large = [r for r in rows_n if r[0] >= (256 if args.quick else 1024)]
     slope, _, se = M.stats.fit_loglog_slope([r[0] for r in large], [r[1] for r in large])
     slope_t, _, se_t = M.stats.fit_loglog_slope([r[0] for r in large], [r[2] for r in large])
-    print("2. time against d_model")
-    sweep_width(widths)
-    print("3. the target point")
-    target, peak_matmul, ratio = (target_point(batch=1, n=256) if args.quick else target_point())
-    print("4. each stage of the layer at the target point")
-    stage_rows, layer_seconds = (stage_profile(batch=1, n=256) if args.quick else stage_profile())
-    print("6. PyTorch's two paths at the target point")
-    torch_paths(batch=1, n=256, runs=1) if args.quick else torch_paths()
-    print("5. the machine's speeds")
-    size = 2**20 if args.quick else 4 * 8 * 1024 * 1024
-    kinds = ("in place", "new array", "exp")
-    bandwidth, bandwidth_new, bandwidth_exp = (stream_gbps(size, kind=kind) for kind in kinds)
-    write_csv("mha_machine.csv", ["quantity", "value", "unit"],
-              [["matmul_float32", peak_matmul, "GFLOP/s"], ["inplace_pass_float32", bandwidth, "GB/s"],
-               ["new_array_pass_float32", bandwidth_new, "GB/s"], ["exp_pass_float32", bandwidth_exp, "GB/s"]])
-    plot(rows_n, slope, se, slope_t, se_t)
+    target_text = ", ".join(f"{key} = {value}" for key, value in target.items())
     summary = [
-        "# Multi-head attention timings",
+        f"Machine: {machine_line()}; BLAS {blas_description()}; measured {today()}.",
         "",
-        f"Machine: {describe()}; torch {torch.__version__}. Threads: torch {torch.get_num_threads()}, "
-        f"BLAS (OPENBLAS_NUM_THREADS) {os.environ['OPENBLAS_NUM_THREADS']}.",
+        "# Multi-head attention timings on a CPU (benchmarks/bench_mha.py)",
         "",
+        f"Parts 1-5 on one thread; part 6 on {thread_counts} threads. Target point: {target_text}, float32.",
         f"Exponent of time against n (n >= {large[0][0]}, {len(large)} points): numpy {slope:.2f}, "
-        f"torch {slope_t:.2f}" + (f" (standard errors {se:.2f} and {se_t:.2f})." if len(large) > 3 else
-                                  " (too few points for a standard error)."),
-        f"numpy matmul on this machine: {peak_matmul:.1f} GFLOP/s (float32, 2048 x 2048).",
-        f"One element-wise pass over a float32 array of the target's scores' size: {bandwidth:.1f} GB/s in place, "
-        f"{bandwidth_new:.1f} GB/s into a new array, {bandwidth_exp:.1f} GB/s for the exponential.",
-        f"Target point: numpy / torch = {ratio:.2f} (target: at most 1.0).",
+        f"torch {slope_t:.2f} (standard errors {se:.2f} and {se_t:.2f}).",
+        f"One thread: float32 matmul {peak:.1f} GFLOP/s; element-wise pass {rates['in place']:.1f} GB/s in place, "
+        f"{rates['new array']:.1f} GB/s into a new array, {rates['exp']:.1f} GB/s for the exponential.",
         "",
-        "| version | ms | x torch | GFLOP/s | of matmul |",
-        "|---|---:|---:|---:|---:|",
-        *[f"| {r[0]} | {r[1] * 1e3:.0f} | {r[2]:.2f} | {r[3]:.1f} | {r[4]:.0%} |" for r in target],
+        "| version (one thread) | ms | x torch (need_weights=True) |",
+        "|---|---:|---:|",
+        *[f"| {r[0]} | {r[1] * 1e3:.1f} | {r[2]:.2f} |" for r in target_rows],
         "",
-        f"Each stage of M.multihead_attention timed on its own (sum {sum(r[1] for r in stage_rows) * 1e3:.0f} ms, "
-        f"the whole layer {layer_seconds * 1e3:.0f} ms):",
+        "| product, float32 vs float64 | float32 ms | float64 ms |",
+        "|---|---:|---:|",
+        *[f"| {r[0]} | {r[1] * 1e3:.1f} | {r[2] * 1e3:.1f} |" for r in upcast],
+        "",
+        f"Stages of M.multihead_attention (sum {sum(r[1] for r in stage_rows) * 1e3:.0f} ms, "
+        f"the whole layer {layer_s * 1e3:.0f} ms):",
         "",
         "| stage | ms | GFLOP/s | GB/s |",
         "|---|---:|---:|---:|",
         *[f"| {r[0]} | {r[1] * 1e3:.1f} | {r[2] / r[1] / 1e9:.1f} | {r[3] / r[1] / 1e9:.1f} |" for r in stage_rows],
+        "",
+        "| threads | layer | median ms | fastest | slowest |",
+        "|---:|---|---:|---:|---:|",
+        *[f"| {r[0]} | {r[1]} | {r[2] * 1e3:.1f} | {r[3] * 1e3:.1f} | {r[4] * 1e3:.1f} |" for r in threads],
+        "",
+        "Seconds per part: " + ", ".join(f"{title.split('.')[0]}: {s:.0f}" for title, s in parts)
+        + f"; total {time.perf_counter() - start:.0f}.",
     ]
-    (RESULTS / "mha_summary.md").write_text("\n".join(summary) + "\n")
+    (results / "mha_summary.md").write_text("\n".join(summary) + "\n")
     print("\n".join(summary))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name in WRITTEN:
+            shutil.copy(results / name, args.out / name)
+        print(f"copied {len(WRITTEN)} tables into {args.out}")
 
 
 if __name__ == "__main__":
