@@ -57,6 +57,7 @@ clean:
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mha.py
+	$(BIN)/python benchmarks/bench_gpu_ceilings.py --if-gpu
 	$(BIN)/python benchmarks/bench_widgets.py
 	$(BIN)/python benchmarks/bench_blockwise.py
 

@@ -12,8 +12,8 @@ Chapter 4 reads the tables this script writes into mha_lessons/results/ (and, wi
 4. ``mha_stages.csv``: each stage of the package's layer timed on its own at the target point, with its FLOPs
    and the bytes it must move (``M.complexity.mha_intensity``).
 5. ``mha_machine.csv``: the machine's rates that a roofline needs, on one thread: the FLOP rate of a large
-   float32 matrix product, and the byte rate of an element-wise pass over an array far larger than the caches
-   (in place, into a new array, and the exponential).
+   float32 matrix product, and the byte rate of an element-wise pass over an array as large as the target point's
+   scores, 134 MB (in place, into a new array, and the exponential).
 6. ``mha_threads.csv``: at the target point, the numpy layer beside PyTorch's CPU paths
    (``nn.MultiheadAttention`` with ``need_weights=True`` and ``False``, and the same projections around
    ``F.scaled_dot_product_attention``) on 1, 2 and all the machine's threads; the median, fastest and slowest
@@ -22,7 +22,7 @@ Chapter 4 reads the tables this script writes into mha_lessons/results/ (and, wi
 plus ``mha_summary.md`` (the machine, the fits, the ratios).
 
 Parts 1-5 run on one thread: the environment variables below are set before numpy and torch are imported (they
-have no effect later), and torch is told the same. Part 6 runs each thread count in a fresh Python process
+have no effect later) unless the environment already sets them, and the summary says how many threads torch used. Part 6 runs each thread count in a fresh Python process
 whose environment sets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS, and calls
 ``torch.set_num_threads``. Every time is ``time.perf_counter`` around one call; the versions being compared
 take turns, so that a change of the machine's load affects them alike.
@@ -31,7 +31,7 @@ Run it on a quiet machine: a ranking read from a machine that other work loads i
 takes about 1-1.5 minutes on a quiet 16-core server and 2-3 minutes on a 2-core one; ``--quick`` (small sizes,
 results into benchmarks/quick/, not the package) under a minute.
 
-Usage: python benchmarks/bench_mha.py [--quick] [--out DIR]
+Usage: python benchmarks/bench_mha.py [--quick] [--out DIR] [--repeats R]
 """
 
 import os
@@ -434,17 +434,18 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small sizes, results into benchmarks/quick/")
     parser.add_argument("--out", type=Path, help="also copy the tables into this folder")
     parser.add_argument("--thread-worker", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--repeats", type=int, default=5, help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, help="timed calls per measurement at the target point "
+                        "(default 5, 3 with --quick); more on a machine that other work shares")
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.thread_worker:
         batch, n, d_model, h = (int(v) for v in args.size.split(","))
-        thread_worker(args.thread_worker, batch, n, d_model, h, args.repeats)
+        thread_worker(args.thread_worker, batch, n, d_model, h, args.repeats or 5)
         return
     results = QUICK_RESULTS if args.quick else RESULTS
     results.mkdir(parents=True, exist_ok=True)
     target = QUICK_TARGET if args.quick else TARGET
-    repeats = 3 if args.quick else 5
+    repeats = args.repeats or (3 if args.quick else 5)
     cores = os.cpu_count() or 1
     thread_counts = sorted({1, min(2, cores), cores})
     start = time.perf_counter()

@@ -8,9 +8,11 @@ tests check them against PyTorch (``torch.nn.MultiheadAttention.parameters()``, 
 the tensors autograd saves) and against the arrays the package's own code creates and reads.
 """
 
+from fractions import Fraction
+
 import numpy as np
 
-from ._checks import head_widths, layer_sizes
+from ._checks import head_widths, layer_sizes, require_int_at_least, require_positive_int
 from .backward_cost import mha_backward_flops, saved_for_backward_bytes  # noqa: F401  (chapter 5's, reachable here)
 
 
@@ -200,6 +202,63 @@ def mha_memory(n, d_model, num_heads, m=None, *, batch=1, dtype="float32"):
     return memory
 
 
+# ---------------------------------------------------------------- where the n² part takes over; what a kernel moves
+
+
+def ffn_flops(n, d_model, d_ff, *, batch=1):
+    """FLOPs of the two matrix products of a Transformer block's feed-forward sublayer.
+
+    ``(B, n, d_model) @ (d_model, d_ff)``, then ``(B, n, d_ff) @ (d_ff, d_model)``: ``2 · 2 B n d_model d_ff``
+    (a multiply-add is 2 FLOPs). The activation and the biases, one operation per number, are left out, as the
+    ``matmul`` entry of ``mha_flops`` leaves out the softmax.
+
+    Examples
+    --------
+    >>> ffn_flops(4, 8, 32) == 2 * (2 * 4 * 8 * 32)
+    True
+    """
+    for name, value in (("n", n), ("d_model", d_model), ("d_ff", d_ff), ("batch", batch)):
+        require_positive_int(value, name)
+    return 2 * 2 * batch * n * d_model * d_ff
+
+
+def crossover_length(d_model, num_heads, *, d_ff=0, causal=False):
+    """The sequence length from which self-attention's n² products cost more FLOPs than the products that grow like n.
+
+    Read from the counts, not from a formula typed here: ``mha_flops`` at any length n gives the scores and the
+    weighted sum (together ``4 n² d_model``, growing like n²) and the four projections (``8 n d_model²``, like n);
+    a Transformer block adds its feed-forward products (``ffn_flops``, like n) when ``d_ff > 0``. The two parts
+    are equal at ``n* = n · linear(n) / quadratic(n)``. ``causal=True`` counts half the n² products, as a kernel
+    that skips the masked half of the scores does.
+
+    Parameters
+    ----------
+    d_model, num_heads : int
+    d_ff : int, keyword-only
+        Width of the feed-forward block; 0 (the default) for the attention sublayer alone.
+    causal : bool, keyword-only
+
+    Returns
+    -------
+    float
+        n*, a whole number whenever the sizes make it one.
+
+    Examples
+    --------
+    >>> crossover_length(512, 8)                           # the attention sublayer alone: 2 d_model
+    1024.0
+    >>> crossover_length(512, 8, d_ff=4 * 512)             # a block with d_ff = 4 d_model: 6 d_model
+    3072.0
+    >>> crossover_length(512, 8, d_ff=4 * 512, causal=True)    # and a causal kernel: 12 d_model
+    6144.0
+    """
+    require_int_at_least(d_ff, "d_ff", 0)
+    n = d_model  # any length will do: each part is a whole multiple of n or of n²
+    flops = mha_flops(n, d_model, num_heads, bias=False)
+    quadratic = Fraction(flops["scores"] + flops["weighted_sum"], 2 if causal else 1)
+    linear = flops["matmul"] - flops["scores"] - flops["weighted_sum"] + (ffn_flops(n, d_model, d_ff) if d_ff else 0)
+    return float(n * linear / quadratic)
+
 
 def measure_peak_bytes(fn):
     """Run ``fn()`` and return the most memory it held at once, in bytes, as ``tracemalloc`` sees it.
@@ -222,62 +281,5 @@ def measure_peak_bytes(fn):
         tracemalloc.stop()
 
 
-def mha_intensity(n, d_model, num_heads, m=None, *, batch=1, dtype="float32"):
-    """Arithmetic intensity of each stage of ``multihead_attention``: FLOPs per byte moved to or from memory.
-
-    The FLOPs are those of ``mha_flops`` (with biases). The bytes are the
-    least each stage must move: every array it reads, read once, and every
-    array it writes, written once, as the code does it. A matrix product reads
-    its two factors and writes its result; an element-wise pass reads its
-    input and writes its output. The softmax, done in place, makes five passes
-    over the (B, h, n, m) scores: the maximum (read), the subtraction (read and
-    write), the exponential (read and write), the sum (read) and the division
-    (read and write), 8 B h n m numbers moved, plus the per-row maxima and sums
-    (the two guards on those small (B, h, n) arrays are left out). The scale
-    multiplies the queries (read and write); the biases are added in place
-    (read and write the projection, read the bias); ``combine_heads`` copies
-    the heads' outputs (read and write, no FLOPs).
-
-    Parameters
-    ----------
-    n, m, d_model, num_heads, batch : int
-        As in ``mha_flops``.
-    dtype : numpy dtype or its name
-
-    Returns
-    -------
-    dict
-        For each stage (those of ``mha_flops``, without ``matmul`` and
-        ``total``, and ``combine_heads``), a dict with ``flops``, ``bytes``
-        and ``intensity`` (their ratio, FLOPs per byte).
-
-    Examples
-    --------
-    >>> stages = mha_intensity(1024, 512, 8)                   # float32
-    >>> round(stages["q_projection"]["intensity"], 1)           # 2 n d² / (4 (2 n d + d²))
-    102.4
-    >>> stages["softmax"]["intensity"] < 1 < stages["scores"]["intensity"]
-    True
-    """
-    m, _, _ = layer_sizes(n, d_model, num_heads, m, batch)
-    size = np.dtype(dtype).itemsize
-    B, d, h = batch, d_model, num_heads
-    scores = B * h * n * m
-    moved = {  # numbers read + numbers written
-        "q_projection": B * n * d + d * d + B * n * d,  # x_q, w_q -> q
-        "k_projection": B * m * d + d * d + B * m * d,
-        "v_projection": B * m * d + d * d + B * m * d,
-        "scale": 2 * B * n * d,  # q -> q / √d_k
-        "scores": B * n * d + B * m * d + scores,  # q, k -> (B, h, n, m)
-        "softmax": 8 * scores + 4 * B * h * n,  # five passes; the row maxima and sums written once, read once
-        "weighted_sum": scores + B * m * d + B * n * d,  # weights, v -> (B, h, n, d_v)
-        "combine_heads": 2 * B * n * d,  # a copy into (B, n, d_model)
-        "output_projection": B * n * d + d * d + B * n * d,  # concat, w_o -> y
-        "bias": 2 * B * (2 * n + 2 * m) * d + 4 * d,  # y += b in place, four times; the four bias vectors
-    }
-    flops = mha_flops(n, d_model, num_heads, m, batch=batch)
-    stages = {}
-    for name, numbers in moved.items():
-        f = flops.get(name, 0)
-        stages[name] = {"flops": f, "bytes": numbers * size, "intensity": f / (numbers * size)}
-    return stages
+# The bytes each stage moves, and FLOPs per byte, live in intensity.py; reachable here as before.
+from .intensity import attention_core_traffic, mha_intensity  # noqa: E402,F401

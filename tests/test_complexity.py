@@ -482,3 +482,95 @@ def test_torchs_fused_layer_keeps_the_log_sum_exp_instead_of_the_weights():
     saved = M.complexity.saved_for_backward_bytes(n, d_model, h, batch=batch, dtype="float64", self_attention=True,
                                                   recompute_weights=True)
     assert sum(storages.values()) == saved["total"]
+
+
+# ---------------------------------------------------------------- chapter 4: the crossover and what a kernel moves
+
+def test_ffn_flops_equal_torchs_counter_on_a_feed_forward_block():
+    d_model, d_ff, batch, n = 12, 40, 3, 7
+    block = torch.nn.Sequential(torch.nn.Linear(d_model, d_ff), torch.nn.GELU(), torch.nn.Linear(d_ff, d_model))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        block(torch.randn(batch, n, d_model))
+    assert M.complexity.ffn_flops(n, d_model, d_ff, batch=batch) == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("d_model, h, d_ff", [(8, 2, 0), (8, 2, 32), (64, 8, 256), (512, 8, 2048), (96, 12, 200)])
+def test_crossover_is_the_closed_form(d_model, h, d_ff):
+    # 4 n² d = n (8 d² + 4 d d_ff)  =>  n = 2 d + d_ff; a causal kernel does 2 n² d  =>  n = 2 (2 d + d_ff)
+    assert M.complexity.crossover_length(d_model, h, d_ff=d_ff) == 2 * d_model + d_ff
+    assert M.complexity.crossover_length(d_model, h, d_ff=d_ff, causal=True) == 2 * (2 * d_model + d_ff)
+
+
+def test_at_the_crossover_torchs_own_modules_do_as_many_quadratic_flops_as_linear_ones():
+    d_model, h, d_ff = 8, 2, 32
+    n = int(M.complexity.crossover_length(d_model, h, d_ff=d_ff))
+    x = torch.randn(1, n, d_model)
+    attention = torch.nn.MultiheadAttention(d_model, h, batch_first=True)
+    ffn = torch.nn.Sequential(torch.nn.Linear(d_model, d_ff), torch.nn.ReLU(), torch.nn.Linear(d_ff, d_model))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        attention(x, x, x, need_weights=True, average_attn_weights=False)
+        ffn(x)
+    by_op = {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
+    quadratic = by_op["aten.bmm"]                                  # the scores and the weighted sum, per head
+    assert quadratic * 2 == counter.get_total_flops()              # equal to everything else: the projections, the FFN
+
+
+@pytest.mark.parametrize("batch, h, n, m, d_k", [(1, 1, 4, 4, 8), (2, 3, 5, 7, 4), (1, 2, 16, 9, 64)])
+def test_attention_core_flops_equal_torchs_counter_on_the_unfused_path(batch, h, n, m, d_k):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = torch.randn(batch, h, n, d_k), torch.randn(batch, h, m, d_k), torch.randn(batch, h, m, d_k)
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH), torch.no_grad():
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    for fused in (True, False):
+        traffic = M.complexity.attention_core_traffic(n, d_k, m=m, batch=batch, num_heads=h, fused=fused)
+        assert traffic["flops"] == counter.get_total_flops()
+        assert M.complexity.attention_core_traffic(n, d_k, m=m, batch=batch, num_heads=h, fused=fused,
+                                                   causal=True)["flops"] * 2 == traffic["flops"]
+
+
+def test_attention_core_bytes_written_out_by_hand():
+    # B = 2, h = 3, n = 5, m = 7, d_k = 4, bf16 in and out: q and o 2·(2·3·5·4) = 240 numbers, k and v
+    # 2·(2·3·7·4) = 336: 576 numbers, 1152 bytes. Unfused, float32 scores: 4 · 2·3·5·7 = 840 numbers, 3360 bytes more.
+    fused = M.complexity.attention_core_traffic(5, 4, m=7, batch=2, num_heads=3, fused=True)
+    unfused = M.complexity.attention_core_traffic(5, 4, m=7, batch=2, num_heads=3, fused=False)
+    assert fused["bytes"] == 1152 and unfused["bytes"] == 1152 + 3360
+    assert fused["flops"] == 4 * 2 * 3 * 5 * 7 * 4 == unfused["flops"]
+    assert fused["intensity"] == fused["flops"] / 1152
+    long = M.complexity.attention_core_traffic(1 << 14, 64, fused=True)   # bf16: n / 2 FLOPs per byte when m = n
+    assert long["intensity"] == (1 << 14) / 2
+
+
+def test_pytorchs_unfused_path_keeps_bf16_scores_in_float32():
+    # what score_bytes=4 stands for: the math path's product q kᵀ, on bf16 inputs, writes float32 scores
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.outputs = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ == "bmm":
+                self.outputs.append(out)
+            return out
+
+    q = torch.randn(1, 2, 6, 8, dtype=torch.bfloat16)
+    with sdpa_kernel(SDPBackend.MATH), Products() as seen, torch.no_grad():
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    scores = seen.outputs[0]
+    assert scores.shape[-2:] == (6, 6) and scores.dtype == torch.float32 and scores.element_size() == 4
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: M.complexity.crossover_length(512, 8, d_ff=-1), "d_ff must be an integer of at least 0, got -1"),
+    (lambda: M.complexity.ffn_flops(4, 8, 0), "d_ff must be a positive integer, got 0"),
+    (lambda: M.complexity.attention_core_traffic(0, 64, fused=True), "n must be a positive integer, got 0"),
+    (lambda: M.complexity.attention_core_traffic(8, 64, fused=False, score_bytes=2.5),
+     "score_bytes must be a positive integer, got 2.5"),
+])
+def test_crossover_and_traffic_reject_bad_sizes(call, words):
+    with pytest.raises(ValueError, match=words):
+        call()

@@ -252,6 +252,7 @@ def draw_cost(fig, n=1024, d_model=512, num_heads=8):
          f"FLOPs by stage: {_si(flops['total'], 'FLOP')}")
     bars(ax_mem, MEMORY_ARRAYS, [memory[a] / 2**20 for a in MEMORY_ARRAYS], memory["activations"] / 2**20,
          ("weights",), "MiB, float32 (log scale)", f"memory by array: {memory['activations'] / 2**20:.3g} MiB")
-    fig.suptitle(f"n = {n}, d_model = {d_model}, h = {num_heads}: orange grows like n²", fontsize=12)
+    fig.suptitle(f"$n$ = {n}, $d_\\mathrm{{model}}$ = {d_model}, $h$ = {num_heads}: orange grows like $n^2$",
+                 fontsize=12)
     fig.subplots_adjust(left=0.17, right=0.98, top=0.8, bottom=0.17)
     return cost_summary(n, d_model, num_heads)
