@@ -4,14 +4,14 @@ Axis names as in ``attention.py`` (``...`` batch, ``n`` queries, ``m`` keys, ``d
 
     m_blk  keys per block (``block_size``): the key axis is cut into blocks of m_blk keys, the last maybe fewer
     n_blk  queries per tile (``query_block``; all n queries when it is None), the last tile maybe fewer
-    u      the number of a key block, 1, 2, ...: block u holds the keys (u - 1) m_blk ... u m_blk - 1
+    u      the number of a key block, 0, 1, ...: block u holds the keys u m_blk ... (u + 1) m_blk - 1
 
 as chapter 7 names them (``m`` is the number of keys, never a maximum).
 
 The block-wise pass keeps three running quantities per query row and updates them as each block of
 keys arrives (chapter 7 derives them, with the names in brackets; the comments name its equations):
 
-    s_max  the largest scaled score seen so far (s̃_max,u)                  (..., n_blk, 1)
+    s_max  the largest scaled score seen so far (s̃_max,u after u blocks)   (..., n_blk, 1)
     z      the sum of exp(score - s_max) over the keys seen (Z_u)          (..., n_blk, 1)
     acc    the sum of exp(score - s_max) · value over those keys (acc_u)   (..., n_blk, d_v)
 
@@ -148,7 +148,7 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
         s_max = np.full(batch + (n_blk, 1), -np.inf, dtype=dtype)  # (..., n_blk, 1) running maximum: s̃_max,0
         z = np.zeros(batch + (n_blk, 1), dtype=dtype)  # (..., n_blk, 1) running sum: Z_0
         acc = np.zeros(batch + (n_blk, d_v), dtype=dtype)  # (..., n_blk, d_v) running sum of values: acc_0
-        for cols in tiling.key_blocks(m_keys):  # key blocks: block u = cols.start // block_size + 1
+        for cols in tiling.key_blocks(m_keys):  # key blocks: block u = cols.start // block_size
             if tiling.skips(rows, cols):
                 continue  # every key of this block lies in the future of (or too far back for) every query of the tile
             # the scores of this tile against block u, the only (n_blk, m_blk) array:
@@ -159,16 +159,16 @@ def blockwise_attention_with_lse(q, k, v, mask=None, *, block_size=128, query_bl
             add_bias_tile(s, bias, rows, cols)
             tiling.forbid(s, mask, rows, cols)  # forbidden pairs: score -inf, weight 0
             s_max_new = np.maximum(s_max, s.max(axis=-1, keepdims=True))  # eq-ch7-running-max, (..., n_blk, 1)
-            shift = shift_for_exp(s_max_new)  # s̃_max,u, or 0 for rows that have seen only masked keys
+            shift = shift_for_exp(s_max_new)  # s̃_max,u+1, or 0 for rows that have seen only masked keys
             s -= shift
             np.exp(s, out=s)  # (..., n_blk, m_blk): exp(s - s_max_new), in place
-            rescale = np.exp(s_max - shift)  # exp(s̃_max,u-1 - s̃_max,u), (..., n_blk, 1)
-            z *= rescale  # eq-ch7-running-sum: Z_u-1, rescaled to the new maximum in place,
-            z += s.sum(axis=-1, keepdims=True)  # plus block u's terms: Z_u
+            rescale = np.exp(s_max - shift)  # exp(s̃_max,u - s̃_max,u+1), (..., n_blk, 1)
+            z *= rescale  # eq-ch7-running-sum: Z_u, rescaled to the new maximum in place,
+            z += s.sum(axis=-1, keepdims=True)  # plus block u's terms: Z_u+1
             acc *= rescale  # eq-ch7-running-acc: the same for the weighted sum of values,
-            # plus block u's (..., n_blk, m_blk) @ (..., m_blk, d_v) -> (..., n_blk, d_v): acc_u
+            # plus block u's (..., n_blk, m_blk) @ (..., m_blk, d_v) -> (..., n_blk, d_v): acc_u+1
             acc += s @ v[..., cols, :]
-            s_max = s_max_new  # s̃_max,u
+            s_max = s_max_new  # s̃_max,u+1
             del s  # free this block's scores before the next block's exist: one (n_blk, m_blk) block at a time
         z_safe = np.where(z == 0, 1, z).astype(dtype)  # a row that saw nothing: 0 / 1 = 0
         out[..., rows, :] = acc / z_safe  # eq-ch7-final
@@ -254,7 +254,7 @@ def blockwise_attention_backward(q, k, v, out, lse, d_out, mask=None, *, block_s
     dq = np.zeros(batch + (n, d_k), dtype=dtype)
     dk = np.zeros(batch + (m_keys, d_k), dtype=dtype)
     dv = np.zeros(batch + (m_keys, d_v), dtype=dtype)
-    for cols in tiling.key_blocks(m_keys):  # key block u = cols.start // block_size + 1: its dK and dV finish here
+    for cols in tiling.key_blocks(m_keys):  # key block u = cols.start // block_size: its dK and dV finish here
         k_blk, v_blk = kf[..., cols, :], vf[..., cols, :]  # (..., m_blk, d_k), (..., m_blk, d_v)
         for rows in tiling.query_tiles(n):  # query tiles
             if tiling.skips(rows, cols):

@@ -38,9 +38,9 @@ def online_softmax_steps(x, block_size):
     stop : int
         The blocks seen so far cover ``x[..., :stop]``.
     s_max : ndarray, (..., 1)
-        Running maximum s̃_max,u, eq-ch7-running-max: the largest entry of ``x[..., :stop]``.
+        Running maximum s̃_max,u after u blocks, eq-ch7-running-max: the largest entry of ``x[..., :stop]``.
     z : ndarray, (..., 1)
-        Running sum Z_u, eq-ch7-running-sum: ``sum(exp(x[..., :stop] - s_max))``.
+        Running sum Z_u after u blocks, eq-ch7-running-sum: ``sum(exp(x[..., :stop] - s_max))``.
         Both are float32 for float16 input: a float16 sum of 65,520 ones is infinite.
 
     Examples
@@ -57,7 +57,7 @@ def online_softmax_steps(x, block_size):
     dtype = working_dtype(x.dtype)  # float32 for float16 input
     s_max = np.full(x.shape[:-1] + (1,), -np.inf, dtype=dtype)  # (..., 1) nothing seen yet: s̃_max,0
     z = np.zeros(x.shape[:-1] + (1,), dtype=dtype)  # (..., 1): Z_0
-    for start in range(0, x.shape[-1], block_size):  # block u = start // block_size + 1
+    for start in range(0, x.shape[-1], block_size):  # block u = start // block_size: state u -> u + 1
         block = x[..., start:start + block_size]  # (..., m_blk)
         s_max_new = np.maximum(s_max, block.max(axis=-1, keepdims=True))  # eq-ch7-running-max
         shift = shift_for_exp(s_max_new)

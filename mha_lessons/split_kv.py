@@ -1,4 +1,4 @@
-"""Attention over chunks of keys processed independently, then merged (chapter 7, and Flash-Decoding in chapter 9).
+"""Attention over chunks of keys processed independently, then merged (chapter 7, and Flash-Decoding in chapter 10).
 
 Each chunk of keys gives a state (s_max, z, acc): the largest allowed scaled score, the sum of
 exp(score - s_max) and the sum of exp(score - s_max) · value, per query (eq-ch7-state). States of

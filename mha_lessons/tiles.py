@@ -57,8 +57,8 @@ class Tiling:
         return [slice(i0, min(i0 + self.tile, n)) for i0 in range(0, n, self.tile)]
 
     def key_blocks(self, m):
-        """The columns of each key block: slices of ``block_size`` keys, the last maybe fewer (block u starts at
-        key (u - 1) block_size)."""
+        """The columns of each key block: slices of ``block_size`` keys, the last maybe fewer (block u, counted
+        from 0, starts at key u · block_size)."""
         return [slice(j0, min(j0 + self.block_size, m)) for j0 in range(0, m, self.block_size)]
 
     def skips(self, rows, cols):

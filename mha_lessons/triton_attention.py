@@ -83,7 +83,7 @@ def blockwise_attention_kernel(Q, K, V, O, LSE,  # pointers to the first number 
     for masked in tl.static_range(2):  # unrolled when compiled: first the blocks every query sees whole, unmasked;
         lo = j_whole if masked else 0  # then the blocks on the diagonal or holding the last key, masked
         hi = j_stop if masked else j_whole
-        for j0 in range(lo, hi, BLOCK_N):  # key block u = j0 // BLOCK_N + 1
+        for j0 in range(lo, hi, BLOCK_N):  # key block u = j0 // BLOCK_N (0, 1, ...)
             cols = j0 + tl.arange(0, BLOCK_N)  # (m_blk,) its keys
             k = tl.load(K + bh * stride_kb + cols[:, None] * stride_km + d_k[None, :],
                         mask=cols[:, None] < m, other=0.0)  # (m_blk, d_k)
@@ -96,16 +96,16 @@ def blockwise_attention_kernel(Q, K, V, O, LSE,  # pointers to the first number 
                 if CAUSAL:
                     allowed = allowed & (rows[:, None] >= cols[None, :])
                 s = tl.where(allowed, s, float("-inf"))
-            # step 2, eq-ch7-running-max: s̃_max,u, from the largest unscaled score of each row (base 2)
+            # step 2, eq-ch7-running-max: s̃_max,u+1, from the largest unscaled score of each row (base 2)
             s_max_new = tl.maximum(s_max, tl.max(s, axis=1) * qk_scale)
             # step 3: the exponentials measured from the new maximum, one multiply-add and a power of 2 each
             p = tl.exp2(s * qk_scale - s_max_new[:, None])  # (n_blk, m_blk)
-            rescale = tl.exp2(s_max - s_max_new)  # (n_blk,) exp(s̃_max,u-1 - s̃_max,u)
-            # step 4, eq-ch7-running-sum: Z_u-1 rescaled to the new maximum, plus block u's terms
+            rescale = tl.exp2(s_max - s_max_new)  # (n_blk,) exp(s̃_max,u - s̃_max,u+1)
+            # step 4, eq-ch7-running-sum: Z_u rescaled to the new maximum, plus block u's terms
             z = z * rescale + tl.sum(p, axis=1)
             # step 5, eq-ch7-running-acc: the same for acc, plus (n_blk, m_blk) @ (m_blk, d_v), added on chip
             acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None], input_precision=DOT_PRECISION)
-            s_max = s_max_new  # s̃_max,u
+            s_max = s_max_new  # s̃_max,u+1
     # step 6, eq-ch7-final: divide once, after the last block
     out = acc / z[:, None]  # (n_blk, d_v)
     tl.store(O + bh * stride_ob + rows[:, None] * stride_on + d_v[None, :], out.to(O.dtype.element_ty),
@@ -244,7 +244,7 @@ def attention_backward(q, k, v, out, lse, d_out, *, causal=False, scale=None, bl
     # eq-ch7-delta: δ = rowsum(dO ⊙ O) = rowsum(dA ⊙ A), one number per query, (..., n, 1)
     delta = (d_out * out).sum(dim=-1, keepdim=True)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    for j0 in range(0, m, block):  # key block u = j0 // block + 1: its dK and dV are finished here
+    for j0 in range(0, m, block):  # key block u = j0 // block: its dK and dV are finished here
         cols = slice(j0, min(j0 + block, m))
         k_blk, v_blk = k[..., cols, :], v[..., cols, :]  # (..., m_blk, d_k), (..., m_blk, d_v)
         for i0 in range(0, n, block):  # query tiles

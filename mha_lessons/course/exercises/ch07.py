@@ -34,7 +34,7 @@ def _state(scores, values):
 
 
 def _row_scores():
-    """Ten scores of size about 800 in blocks of 3: the maximum grows in blocks 2 and 3, not in the last one.
+    """Ten scores of size about 800 in blocks of 3: the maximum grows in blocks 1 and 2 (counted from 0), not in the last one.
 
     So forgetting the rescaling changes z, and keeping the last block's maximum changes s_max.
     """
