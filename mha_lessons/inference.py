@@ -1,4 +1,4 @@
-"""Attention at inference time: a key/value cache for decoding, and what it costs (chapter 9).
+"""Attention at inference time: a key/value cache for decoding (chapters 9 and 10).
 
 Axis names (as in ``attention.py`` and ``multihead.py``):
 
@@ -15,8 +15,9 @@ Axis names (as in ``attention.py`` and ``multihead.py``):
     d_model   width of a token vector entering and leaving the layer
     d_k       width of one head (also used for the value width)
 
-Grouped-query attention, in which g query heads share a key/value head, is in ``gqa.py``
-(``grouped_query_attention``, ``check_kv_heads``, ``gqa_param_count`` are reachable here too).
+What a step costs (``decode_flops``, ``kv_cache_bytes``, ``decode_bytes``) is in ``decode_cost.py``;
+grouped-query attention, in which g query heads share a key/value head (chapter 10), is in ``gqa.py``
+(``grouped_query_attention``, ``check_kv_heads``, ``gqa_param_count``). All are reachable here too.
 """
 
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from typing import Optional
 
 import numpy as np
 
-from ._checks import as_float_array, check_num_heads, require_ndim, require_positive_int, require_positive_ints
-from .complexity import stage_flops
+from ._checks import as_float_array, require_ndim, require_positive_int
+from .decode_cost import decode_bytes, decode_flops, kv_cache_bytes  # noqa: F401  (reachable here as before)
 from .gqa import check_kv_heads, gqa_param_count, grouped_query_attention  # noqa: F401  (reachable here as before)
 from .multihead import check_layer_inputs, combine_heads, mix_heads, project_heads
 from .position import rotary
@@ -211,83 +212,3 @@ def decode_step(x_new, params, cache=None, *, rope_base=None, window=None):
     out, _ = grouped_query_attention(q, seen.k, seen.v, mask, check_input=False)  # (..., h, s, d_v)
     # step 4: heads side by side, (..., h, s, d_v) -> (..., s, h d_v), then W_O (chapter 3's steps 4-5)
     return mix_heads(combine_heads(out, check_input=False), params), cache.append(k, v)
-
-
-# ---------------------------------------------------------------- what it costs
-
-def kv_cache_bytes(seq_len, num_layers, num_kv_heads, d_k, *, batch=1, dtype="float16", d_v=None):
-    """Bytes of the key/value cache of a model: batch · layers · h_kv · seq_len · (d_k + d_v) numbers.
-
-    Parameters
-    ----------
-    seq_len : int
-        Positions cached per sequence.
-    num_layers, num_kv_heads, d_k : int
-        Attention layers (each has its own cache), key/value heads per layer, width of a head.
-    batch : int
-        Sequences decoded together.
-    dtype : numpy dtype or its name
-        The type of the cached numbers (bfloat16, not a numpy type, has the size of float16).
-    d_v : int, optional
-        Width of a value head; defaults to ``d_k`` (values as wide as keys, as in
-        ``multihead_attention``), which makes the count ``2 · batch · layers · h_kv · seq_len · d_k``.
-
-    Examples
-    --------
-    >>> kv_cache_bytes(1, 1, 1, 1, dtype="float32")      # one key and one value of one number
-    8
-    >>> kv_cache_bytes(4096, 32, 32, 128) / 2**30        # 32 layers, 32 heads of width 128, float16
-    2.0
-    >>> kv_cache_bytes(1, 1, 1, 64, d_v=32, dtype="float32")   # a key of 64 numbers and a value of 32
-    384
-    """
-    d_v = d_k if d_v is None else d_v
-    require_positive_ints(seq_len=seq_len, num_layers=num_layers, num_kv_heads=num_kv_heads, d_k=d_k, d_v=d_v, batch=batch)
-    numbers = batch * num_layers * num_kv_heads * seq_len * (d_k + d_v)  # keys and values
-    return numbers * np.dtype(dtype).itemsize
-
-
-def decode_flops(t, d_model, num_heads, num_kv_heads=None, *, cached=True, batch=1, bias=True):
-    """FLOPs of the decoding step for the t-th token (position t - 1): its query meets t keys.
-
-    With the cache the step projects one token and attends from one query to
-    t cached keys. Without it, the step reruns the layer with ``causal_mask``
-    on all t tokens, as ``multihead_attention`` does: every projection and
-    every one of the t × t scores (the masked ones are computed, then
-    discarded). Counting conventions as in ``complexity.mha_flops``: a
-    multiply-add is 2 FLOPs, element-wise work 1 FLOP per number and operation.
-
-    Parameters
-    ----------
-    t : int
-        Tokens so far, the new one included: the new token is the t-th, at
-        position t - 1, and its query is scored against t keys.
-    d_model, num_heads : int
-    num_kv_heads : int, optional
-        Key/value heads (default ``num_heads``: multi-head attention).
-    cached : bool
-    batch : int
-    bias : bool
-
-    Returns
-    -------
-    dict
-        The stages of ``complexity.mha_flops`` (``q_projection`` ... ``bias``),
-        ``matmul`` (the matrix products, what torch's FLOP counter sees) and ``total``.
-
-    Examples
-    --------
-    >>> f = decode_flops(100, 512, 8)
-    >>> f["matmul"] == 8 * 512**2 + 4 * 100 * 512         # four projections of one token, 1 x 100 attention
-    True
-    >>> decode_flops(100, 512, 8, cached=False)["matmul"] == 8 * 100 * 512**2 + 4 * 100**2 * 512
-    True
-    """
-    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-    check_num_heads(d_model, num_heads)
-    check_kv_heads(num_heads, num_kv_heads)
-    require_positive_ints(t=t, batch=batch)
-    d_k = d_model // num_heads
-    s = 1 if cached else t  # tokens projected, and queries asked, in this step
-    return stage_flops(batch=batch, queries=s, keys=t, kv_tokens=s, d_model=d_model, num_heads=num_heads,
-                       num_kv_heads=num_kv_heads, d_k=d_k, d_v=d_k, bias=bias)

@@ -1,4 +1,4 @@
-"""Multi-head latent attention (DeepSeek-V2, chapter 8): keys and values from one small latent per token.
+"""Multi-head latent attention (DeepSeek-V2, chapter 10): keys and values from one small latent per token.
 
 Axis names (as in ``multihead.py`` and ``inference.py``):
 
@@ -18,9 +18,13 @@ the keys is *absorbed* into the query: q kᵀ = q (c W_UK)ᵀ = (q W_UKᵀ) cᵀ
 against the cached latents themselves, and the weighted sum of latents is up-projected once, after
 the attention (``decode_step``).
 
+Absorbing is not free: each head's query becomes d_c wide, so every head scores and sums in the
+latent space, d_c numbers per cached position instead of d_k. ``decode_attention_flops`` counts both
+ways of decoding, absorbed and with the keys and values up-projected from the cached latents.
+
 DeepSeek-V2 (DeepSeek-AI, 2024) adds a small shared rotary key per token (decoupled RoPE), because a
-position-dependent rotation between q and W_UK would stop the absorption; ``cache_bytes`` counts it
-(``d_rope``), the layer here leaves positions out.
+position-dependent rotation between q and W_UK would stop the absorption; ``cache_bytes`` and
+``decode_attention_flops`` count it (``d_rope``), the layer here leaves positions out.
 """
 
 import math
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_float_array, require_positive_int, require_shapes
+from ._checks import as_float_array, require_positive_int, require_positive_ints, require_shapes
 from .attention import softmax
 from .multihead import MHAParams, combine_heads, split_heads
 from .position_masks import position_mask
@@ -200,3 +204,64 @@ def cache_bytes(seq_len, num_layers, d_latent, *, d_rope=0, batch=1, dtype="floa
     if not isinstance(d_rope, (int, np.integer)) or isinstance(d_rope, bool) or d_rope < 0:
         raise ValueError(f"d_rope must be a non-negative integer, got {d_rope!r}")
     return batch * num_layers * seq_len * (d_latent + d_rope) * np.dtype(dtype).itemsize
+
+
+def decode_attention_flops(t, num_heads, d_latent, *, d_k, d_v=None, d_rope=0, absorbed=True, batch=1):
+    """FLOPs of MLA's attention for one new token per sequence against t cached latents (matrix products).
+
+    Absorbed (``decode_step``): the query of head i is taken into latent space, q_i W_UK,iᵀ
+    (``absorb``: that product and the weighted sum's up-projection by W_UV,i, once per new token),
+    then every head scores its d_c-wide query, plus its d_rope-wide rotary part, against each
+    cached latent and rotary key (``scores``: 2 B h t (d_c + d_rope)), and sums the latents
+    (``weighted_sum``: 2 B h t d_c). Not absorbed: the t cached latents are up-projected into every
+    head's keys and values at each step (``up_project``: 2 B t d_c h (d_k + d_v)), and each head
+    attends with keys of d_k + d_rope and values of d_v numbers, as multi-head attention does.
+    The projections of the new token (W_Q, W_DKV, W_O) are the same either way and left out.
+
+    Parameters
+    ----------
+    t : int
+        Cached positions each new query meets (the new one included).
+    num_heads, d_latent : int
+        h, and d_c, the width of the cached latent.
+    d_k, d_v : int
+        Width of a head's key (the part up-projected from the latent) and value; d_v defaults to d_k.
+    d_rope : int
+        Width of the shared rotary key cached beside the latent (DeepSeek-V2's decoupled RoPE); 0: none.
+    absorbed : bool
+    batch : int
+
+    Returns
+    -------
+    dict
+        ``up_project``, ``absorb``, ``scores``, ``weighted_sum`` and ``total``.
+
+    Examples
+    --------
+    >>> f = decode_attention_flops(1, 128, 512, d_k=128, d_rope=64)   # DeepSeek-V2's sizes, one position
+    >>> f["scores"] + f["weighted_sum"] == 128 * (2 * (512 + 64) + 2 * 512)
+    True
+    >>> decode_attention_flops(1, 128, 512, d_k=128, d_rope=64, absorbed=False)["up_project"]
+    33554432
+    """
+    d_v = d_k if d_v is None else d_v
+    require_positive_ints(t=t, num_heads=num_heads, d_latent=d_latent, d_k=d_k, d_v=d_v, batch=batch)
+    if not isinstance(d_rope, (int, np.integer)) or isinstance(d_rope, bool) or d_rope < 0:
+        raise ValueError(f"d_rope must be a non-negative integer, got {d_rope!r}")
+    B, h, d_c = batch, num_heads, d_latent
+    if absorbed:
+        flops = {
+            "up_project": 0,
+            "absorb": 2 * B * h * d_k * d_c + 2 * B * h * d_c * d_v,  # (B, h, 1, d_k) @ (h, d_k, d_c); o W_UV
+            "scores": 2 * B * h * t * (d_c + d_rope),  # (B, h, 1, d_c + d_rope) @ (B, 1, d_c + d_rope, t)
+            "weighted_sum": 2 * B * h * t * d_c,  # (B, h, 1, t) @ (B, 1, t, d_c)
+        }
+    else:
+        flops = {
+            "up_project": 2 * B * t * d_c * h * (d_k + d_v),  # (B, t, d_c) @ (d_c, h d_k) and (d_c, h d_v)
+            "absorb": 0,
+            "scores": 2 * B * h * t * (d_k + d_rope),  # (B, h, 1, d_k + d_rope) @ (B, h, d_k + d_rope, t)
+            "weighted_sum": 2 * B * h * t * d_v,  # (B, h, 1, t) @ (B, h, t, d_v)
+        }
+    flops["total"] = sum(flops.values())
+    return flops

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 import mha_lessons as M
 from common import random_params
@@ -264,6 +265,80 @@ def test_mla_cache_is_the_latent_and_the_rotary_key_per_token():
         latent.MLAParams(2, np.ones((4, 4)), np.ones((4, 3)), np.ones((2, 4)), np.ones((3, 4)), np.ones((4, 4)))
 
 
+def _mla_step_in_torch(c, k_rope, x_new, params, w_qr, *, absorbed):
+    """One MLA decoding step for one new token per sequence, written in torch, both ways.
+
+    c (B, t, d_c) cached latents, k_rope (B, t, d_rope) the shared rotary keys (already rotated),
+    x_new (B, 1, d_model); w_qr (d_model, h d_rope) gives each head's rotary query. Only the products
+    over the cache and the ones that differ between the two ways are done here; the shared
+    projections (W_Q, W_DKV, W_O) are done outside, so torch's counter sees exactly what
+    ``latent.decode_attention_flops`` counts.
+    """
+    h, d_k = params.num_heads, params.d_k
+    B, t, d_c = c.shape
+    w_uk = torch.from_numpy(params.per_head("w_uk"))  # (h, d_c, d_k)
+    w_uv = torch.from_numpy(params.per_head("w_uv"))  # (h, d_c, d_v)
+    q = (torch.from_numpy(x_new) @ torch.from_numpy(params.w_q)).view(B, 1, h, d_k).transpose(1, 2)
+    q_rope = (torch.from_numpy(x_new) @ torch.from_numpy(w_qr)).view(B, 1, h, -1).transpose(1, 2)
+    c, k_rope = torch.from_numpy(c), torch.from_numpy(k_rope)
+    scale = 1 / math.sqrt(d_k + k_rope.shape[-1])
+    with FlopCounterMode(display=False) as counter:
+        if absorbed:
+            q_latent = q @ w_uk.transpose(-1, -2)  # (B, h, 1, d_k) @ (h, d_k, d_c) -> (B, h, 1, d_c)
+            scores = q_latent @ c[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
+            weights = torch.softmax(scores * scale, dim=-1)  # (B, h, 1, t)
+            o = (weights @ c[:, None]) @ w_uv  # (B, h, 1, d_c) @ (h, d_c, d_v) -> (B, h, 1, d_v)
+        else:
+            k = (c @ torch.from_numpy(params.w_uk)).view(B, t, h, d_k).transpose(1, 2)  # (B, h, t, d_k)
+            v = (c @ torch.from_numpy(params.w_uv)).view(B, t, h, -1).transpose(1, 2)  # (B, h, t, d_v)
+            scores = q @ k.transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)  # (B, h, 1, t)
+            o = torch.softmax(scores * scale, dim=-1) @ v  # (B, h, 1, d_v)
+    return o.numpy(), counter.get_total_flops()
+
+
+@pytest.mark.parametrize("t, h, d_latent, d_k, d_v, d_rope", [(1, 2, 6, 4, 4, 0), (7, 4, 6, 4, 3, 2),
+                                                              (12, 3, 20, 8, 8, 4)])
+def test_mla_decode_flops_equal_torchs_count_of_both_ways_of_decoding(rng, t, h, d_latent, d_k, d_v, d_rope):
+    # The oracle: torch's FLOP counter on the two computations written out, which give the same output.
+    d_model, B = 12, 2
+    params = latent.init_mla_params(d_model, h, d_latent, d_k=d_k, d_v=d_v, seed=5)
+    c, k_rope = rng.normal(size=(B, t, d_latent)), rng.normal(size=(B, t, d_rope))
+    x_new, w_qr = rng.normal(size=(B, 1, d_model)), rng.normal(size=(d_model, h * d_rope))
+    counted = {}
+    outputs = {}
+    for absorbed in (True, False):
+        outputs[absorbed], counted[absorbed] = _mla_step_in_torch(c, k_rope, x_new, params, w_qr, absorbed=absorbed)
+        f = latent.decode_attention_flops(t, h, d_latent, d_k=d_k, d_v=d_v, d_rope=d_rope, absorbed=absorbed,
+                                          batch=B)
+        assert f["total"] == counted[absorbed]
+    np.testing.assert_allclose(outputs[True], outputs[False], **TOL)  # the same attention, counted two ways
+
+
+def test_mla_absorbed_step_written_in_torch_is_the_packages_decode_step(rng):
+    # Without a rotary part, the torch computation counted above is the package's absorbed decoding.
+    d_model, h, d_latent, t = 16, 4, 6, 5
+    params = latent.init_mla_params(d_model, h, d_latent, seed=7)
+    x = rng.normal(size=(2, t, d_model))
+    _, c = latent.decode_step(x[:, :-1], params)
+    y, c = latent.decode_step(x[:, -1:], params, c)
+    o, _ = _mla_step_in_torch(c, np.zeros((2, t, 0)), x[:, -1:], params, np.zeros((d_model, 0)), absorbed=True)
+    np.testing.assert_allclose(M.combine_heads(o) @ params.w_o, y, **TOL)
+
+
+def test_absorbed_mla_with_deepseek_v2s_sizes_does_242_flops_per_byte_and_4_25_times_mhas_attention():
+    # Closed forms, per cached position (16-bit numbers): MLA absorbed does h (2 (d_c + d_rope) + 2 d_c) FLOPs
+    # and reads d_c + d_rope numbers; MHA with the same h heads of d_k does 4 h d_k FLOPs on 2 h d_k numbers.
+    h, d_k, d_c, d_rope, t = 128, 128, 512, 64, 4096  # DeepSeek-V2 (arXiv 2405.04434, section 3.1.2)
+    f = latent.decode_attention_flops(t, h, d_c, d_k=d_k, d_rope=d_rope)
+    mla = (f["scores"] + f["weighted_sum"]) / latent.cache_bytes(t, 1, d_c, d_rope=d_rope)
+    assert mla == 128 * 2176 / 1152 and round(mla) == 242
+    mha = M.inference.decode_flops(t, h * d_k, h)  # attention stages depend on h d_k only
+    assert (mha["scores"] + mha["weighted_sum"]) / M.inference.kv_cache_bytes(t, 1, h, d_k) == 1
+    assert (f["scores"] + f["weighted_sum"]) / (mha["scores"] + mha["weighted_sum"]) == 4.25
+    written_out = latent.decode_attention_flops(t, h, d_c, d_k=d_k, d_rope=d_rope, absorbed=False)
+    assert written_out["up_project"] == 2 * t * d_c * h * 2 * d_k  # every cached latent, every step
+
+
 # ---------------------------------------------------------------- bad input names what is wrong
 
 @pytest.mark.parametrize("call, match", [
@@ -281,6 +356,8 @@ def test_mla_cache_is_the_latent_and_the_rotary_key_per_token():
     (lambda: blockwise.merge_states(), "at least one"),
     (lambda: latent.decode_step(np.ones((2, 5)), latent.init_mla_params(16, 4, 6)), r"\(2, 5\)"),
     (lambda: latent.init_mla_params(16, 4, 0), "d_latent"),
+    (lambda: latent.decode_attention_flops(0, 4, 6, d_k=4), "t must be a positive integer, got 0"),
+    (lambda: latent.decode_attention_flops(3, 4, 6, d_k=4, d_rope=-2), "d_rope"),
 ])
 def test_bad_input_raises_value_error_naming_the_problem(call, match):
     with pytest.raises(ValueError, match=match):

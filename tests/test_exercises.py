@@ -687,3 +687,65 @@ def test_chunk_outputs_typical_mistakes_are_named():
         raise NotImplementedError
 
     assert_named(check(unwritten), "is not written yet")
+
+
+# ---------------------------------------------------------------- chapter 9: what decoding costs
+
+def _batch_ratios(weights_per_sequence=False, cache_once=False, one_sequence=False, bytes_per_number=2,
+                  only_q_and_o=False):
+    """Exercise 2 as a learner writes it from section 3's closed forms, with switches for the slips."""
+    d, t = 4096, 8192
+    ratios = []
+    for b in (1, 16, 256):
+        flops = (1 if one_sequence else b) * (8 * d**2 + 4 * t * d)  # four projections, scores, weighted sum
+        weight_numbers = (2 if only_q_and_o else 4) * d * d
+        weights = weight_numbers * bytes_per_number * (b if weights_per_sequence else 1)
+        cache = 2 * t * d * bytes_per_number * (1 if cache_once else b)  # keys and values, per sequence
+        ratios.append(flops / (weights + cache))
+    return ratios
+
+
+def test_batch_flops_per_byte():
+    check = M.exercises.check_batch_flops_per_byte
+    assert check(_batch_ratios()).ok
+    assert check(np.array(_batch_ratios())).ok
+    assert check(tuple(_batch_ratios())).ok
+    assert_named(check(_batch_ratios(weights_per_sequence=True)), "counted once per sequence")
+    assert_named(check(_batch_ratios(cache_once=True)), "once for the whole batch")
+    assert_named(check(_batch_ratios(one_sequence=True)), "those of one sequence")
+    assert_named(check(_batch_ratios(bytes_per_number=1)), "numbers, not bytes")
+    assert_named(check(_batch_ratios(only_q_and_o=True)), "W_K and W_V are read too")
+    assert_named(check([r / 8 for r in _batch_ratios()]), "per bit")
+    assert_named(check(_batch_ratios()[:2]), "shape (2,)")
+    assert_named(check(None), "forgot to `return`")
+
+
+# ---------------------------------------------------------------- chapter 10: latent attention's arithmetic
+
+def _mla_ratio(h, d_c, d_r, weighted_sum=True, heads=True, bytes_per_number=2, rope_in_sum=False, rope=True):
+    """Exercise 4 written per head and per cached position, as a learner would, with switches for the slips."""
+    d_r = d_r if rope else 0
+    per_head = 2 * (d_c + d_r)  # the absorbed query against one latent and its rotary key
+    if weighted_sum:
+        per_head += 2 * (d_c + d_r if rope_in_sum else d_c)  # a weight times one latent, added up
+    flops = per_head * (h if heads else 1)
+    return flops / ((d_c + d_r) * bytes_per_number)
+
+
+def test_mla_flops_per_byte():
+    check = M.exercises.check_mla_flops_per_byte
+    assert check(_mla_ratio).ok
+    assert check(lambda h, d_c, d_r: h * (4 * d_c + 2 * d_r) / (2 * d_c + 2 * d_r)).ok
+    assert_named(check(lambda h, d_c, d_r: _mla_ratio(h, d_c, d_r, weighted_sum=False)), "only the scores")
+    assert_named(check(lambda h, d_c, d_r: _mla_ratio(h, d_c, d_r, heads=False)), "one head's arithmetic")
+    assert_named(check(lambda h, d_c, d_r: _mla_ratio(h, d_c, d_r, bytes_per_number=1)), "FLOPs per number")
+    assert_named(check(lambda h, d_c, d_r: 1.0), "as if absorbing were free")
+    assert_named(check(lambda h, d_c, d_r: _mla_ratio(h, d_c, d_r, rope_in_sum=True)), "not the sum")
+    assert_named(check(lambda h, d_c, d_r: _mla_ratio(h, d_c, d_r, rope=False)), "or if it were left out")
+    assert_named(check(lambda h, d_c, d_r: None), "forget to `return`")
+    assert_named(check(lambda h, d_c, d_r: [1.0, 2.0]), "must return one number")
+
+    def unwritten(h, d_c, d_r):
+        raise NotImplementedError
+
+    assert_named(check(unwritten), "is not written yet")

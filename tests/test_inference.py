@@ -15,8 +15,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import mha_lessons as M
 from common import random_params
-from mha_lessons.inference import (KVCache, decode_flops, decode_step, gqa_param_count, grouped_query_attention,
-                                   kv_cache_bytes)
+from mha_lessons.inference import (KVCache, decode_bytes, decode_flops, decode_step, gqa_param_count,
+                                   grouped_query_attention, kv_cache_bytes)
 
 # float64 results of O(1) built from sums of a few dozen products: agreement to ~1e-14 is what round-off
 # allows; 1e-12 leaves a margin of a hundred and still fails on any wrong formula.
@@ -225,14 +225,14 @@ def test_fewer_kv_heads_shrink_the_cache_by_h_over_h_kv():
 
 # ---------------------------------------------------------------- FLOPs against torch's counter
 
-def torch_step_flops(t, d_model, h, h_kv, *, cached, bias, batch=1):
+def torch_step_flops(t, d_model, h, h_kv, *, cached, bias, batch=1, new_tokens=1):
     """Torch's FLOP counter on one decoding step of a grouped-query layer written with F.linear and F.sdpa."""
     d_k = d_model // h
     d_kv = h_kv * d_k
     w = {name: torch.randn(out, d_model) for name, out in (("q", d_model), ("k", d_kv), ("v", d_kv), ("o", d_model))}
     b = {name: torch.randn(w[name].shape[0]) if bias else None for name in w}
     x = torch.randn(batch, t, d_model)
-    new = x[:, -1:] if cached else x  # with the cache only the newest token is projected
+    new = x[:, t - new_tokens:] if cached else x  # with the cache only the new tokens are projected
     s = new.shape[1]
     k_past = torch.randn(batch, h_kv, t - s, d_k)  # what the cache would hold
     v_past = torch.randn(batch, h_kv, t - s, d_k)
@@ -243,7 +243,7 @@ def torch_step_flops(t, d_model, h, h_kv, *, cached, bias, batch=1):
         k = F.linear(new, w["k"], b["k"]).view(batch, s, h_kv, d_k).transpose(1, 2)
         v = F.linear(new, w["v"], b["v"]).view(batch, s, h_kv, d_k).transpose(1, 2)
         k, v = torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2)
-        mask = None if cached else torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(s, t, dtype=torch.bool).tril(t - s)  # bottom-right causal: None-equivalent for s = 1
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         F.linear(out.transpose(1, 2).reshape(batch, s, d_model), w["o"], b["o"])
     return counter.get_total_flops()
@@ -255,6 +255,17 @@ def torch_step_flops(t, d_model, h, h_kv, *, cached, bias, batch=1):
 def test_decode_flops_equal_torchs_flop_counter(t, d_model, h, h_kv, cached):
     counted = torch_step_flops(t, d_model, h, h_kv, cached=cached, bias=True, batch=2)
     assert decode_flops(t, d_model, h, h_kv, cached=cached, batch=2)["matmul"] == counted
+
+
+@pytest.mark.parametrize("t, new_tokens, h_kv", [(6, 3, 4), (9, 9, 2), (12, 5, 1)])
+def test_a_cached_step_of_several_new_tokens_equals_torchs_flop_counter(t, new_tokens, h_kv):
+    counted = torch_step_flops(t, 16, 4, h_kv, cached=True, bias=False, batch=2, new_tokens=new_tokens)
+    assert decode_flops(t, 16, 4, h_kv, new_tokens=new_tokens, batch=2, bias=False)["matmul"] == counted
+
+
+def test_a_prefill_costs_what_the_whole_layer_costs_and_one_new_token_is_the_default():
+    assert decode_flops(7, 64, 8, new_tokens=7, batch=3) == M.complexity.mha_flops(7, 64, 8, batch=3)
+    assert decode_flops(7, 64, 8, new_tokens=1) == decode_flops(7, 64, 8)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -291,6 +302,53 @@ def test_element_wise_stages_count_the_numbers_they_touch(rng, cached):
     assert f["bias"] == B * s * sum(layer.bias.numel() for layer in layers)
 
 
+@pytest.mark.parametrize("B, t, new_tokens, bias", [(1, 1, 1, True), (2, 7, 1, False), (3, 6, 6, True),
+                                                     (2, 9, 4, True)])
+def test_decode_bytes_equal_the_nbytes_of_what_a_float32_step_reads_and_writes(rng, B, t, new_tokens, bias):
+    # Independent count: the arrays a real step touches, each once: the layer's parameters, the cache
+    # after the step (t positions per sequence), the new tokens and their outputs, all in float32.
+    d_model, h = 16, 4
+    params = random_params(rng, d_model, h, bias)
+    params = M.MHAParams(h, *(None if a is None else a.astype(np.float32) for a in
+                              (params.w_q, params.w_k, params.w_v, params.w_o,
+                               params.b_q, params.b_k, params.b_v, params.b_o)))
+    x = rng.normal(size=(B, t, d_model)).astype(np.float32)
+    cache = None
+    if t > new_tokens:
+        _, cache = decode_step(x[:, :t - new_tokens], params)
+    y, cache = decode_step(x[:, t - new_tokens:], params, cache)
+    assert y.dtype == cache.k.dtype == np.float32
+    weights = sum(a.nbytes for a in (params.w_q, params.w_k, params.w_v, params.w_o,
+                                     params.b_q, params.b_k, params.b_v, params.b_o) if a is not None)
+    counted = decode_bytes(t, d_model, h, new_tokens=new_tokens, batch=B, bias=bias, dtype="float32")
+    assert counted["weights"] == weights
+    assert counted["cache"] == cache.nbytes
+    assert counted["tokens"] == x[:, t - new_tokens:].nbytes + y.nbytes
+    assert counted["total"] == weights + cache.nbytes + 2 * y.nbytes
+
+
+def test_decode_bytes_of_a_grouped_layer_count_its_narrow_projections():
+    # The weights of a torch layer with narrow key/value projections (h_kv = 2 of h = 8 heads), 2 bytes each.
+    d_model, h, h_kv = 64, 8, 2
+    layers = [torch.nn.Linear(d_model, width, device="meta") for width in (d_model, 16, 16, d_model)]
+    numbers = sum(p.numel() for layer in layers for p in layer.parameters())
+    counted = decode_bytes(10, d_model, h, h_kv)
+    assert counted["weights"] == 2 * numbers
+    assert counted["cache"] == 2 * 2 * h_kv * 10 * (d_model // h)
+
+
+def test_decoding_one_token_is_memory_bound_and_a_long_prompt_is_not():
+    # Closed forms for one layer of width d, 16-bit numbers, no biases: a step at t >> 1 does about
+    # 8 d² + 4 t d FLOPs per new token and reads 8 d² bytes of weights and 4 t d of cache: about 1 FLOP
+    # per byte for one token; a prompt of s tokens reuses every weight s times.
+    d, h, t = 1024, 8, 2048
+    one = decode_flops(t, d, h, bias=False)["total"] / decode_bytes(t, d, h, bias=False)["total"]
+    prompt = decode_flops(t, d, h, new_tokens=t, bias=False)["total"] / \
+        decode_bytes(t, d, h, new_tokens=t, bias=False)["total"]
+    assert 1 <= one < 1.1
+    assert prompt > 0.5 * (8 * t * d**2 + 4 * t**2 * d) / (8 * d**2 + 8 * t * d)
+
+
 def test_stages_add_up_to_the_total():
     f = decode_flops(10, 32, 4, 2, batch=2)
     assert f["total"] == sum(v for k, v in f.items() if k not in ("matmul", "total"))
@@ -322,6 +380,9 @@ def test_stages_add_up_to_the_total():
     (lambda: kv_cache_bytes(4, 2, 1, 8, d_v=0), "d_v must be a positive integer, got 0"),
     (lambda: decode_flops(0, 8, 2), "t must be a positive integer, got 0"),
     (lambda: decode_flops(3, 8, 4, 3), "h_kv = 3"),
+    (lambda: decode_flops(3, 8, 4, new_tokens=4), "new_tokens = 4 cannot exceed t = 3"),
+    (lambda: decode_flops(3, 8, 4, cached=False, new_tokens=2), "applies to a cached step only"),
+    (lambda: decode_bytes(3, 8, 4, new_tokens=0), "new_tokens must be a positive integer, got 0"),
     (lambda: KVCache(np.ones((2, 3, 4)), np.ones((2, 4, 4))), "k has shape (2, 3, 4), v has shape (2, 4, 4)"),
     (lambda: KVCache(np.ones((2, 3, 4)), np.ones((2, 3, 4))).append(np.ones((1, 1, 4)), np.ones((1, 1, 4))),
      "cannot append k of shape (1, 1, 4) to a cache of shape (2, 3, 4)"),
