@@ -17,15 +17,23 @@ Chapter 4 reads the tables this script writes into mha_lessons/results/ (and, wi
 6. ``mha_threads.csv``: at the target point, the numpy layer beside PyTorch's CPU paths
    (``nn.MultiheadAttention`` with ``need_weights=True`` and ``False``, and the same projections around
    ``F.scaled_dot_product_attention``) on 1, 2 and all the machine's threads; the median, fastest and slowest
-   of several calls each, and the machine (CPU model, cores, BLAS, versions, date) in every row.
+   of several calls each, and the machine (CPU model, cores, BLAS, versions, date) and how the libraries were
+   run (column ``libraries``) in every row.
 
 plus ``mha_summary.md`` (the machine, the fits, the ratios).
 
 Parts 1-5 run on one thread: the environment variables below are set before numpy and torch are imported (they
-have no effect later) unless the environment already sets them, and the summary says how many threads torch used. Part 6 runs each thread count in a fresh Python process
-whose environment sets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS, and calls
-``torch.set_num_threads``. Every time is ``time.perf_counter`` around one call; the versions being compared
-take turns, so that a change of the machine's load affects them alike.
+have no effect later) unless the environment already sets them, and the summary says how many threads torch used.
+Part 6 runs each thread count in fresh Python processes, one for numpy's layer and one for PyTorch's three paths:
+numpy's BLAS (OPENBLAS_NUM_THREADS) gets the threads in the first, PyTorch's (OMP_NUM_THREADS, MKL_NUM_THREADS,
+``torch.set_num_threads``) in the second, and the other library one thread. In one process, numpy's and PyTorch's
+thread pools would each hold as many threads as there are cores, and the threads of a BLAS or OpenMP pool keep
+polling for work for a while after each call, so the library timed next can share the cores with them. The run of
+2026-11-27, which timed both in one process, found numpy's layer no faster on 16 threads than on one and PyTorch's
+``need_weights=True`` (timed right after it) four times slower than the shared measurement of 2026-11-26
+(``h100_layer_2026-11-26.csv``); apart, neither library's threads can slow the other's. Every time is
+``time.perf_counter`` around one call; the versions timed in one process take turns, so that a change of the
+machine's load affects them alike.
 
 Run it on a quiet machine: a ranking read from a machine that other work loads is not a ranking. The full run
 takes about 1-1.5 minutes on a quiet 16-core server and 2-3 minutes on a 2-core one; ``--quick`` (small sizes,
@@ -386,14 +394,20 @@ def warm_memory(gib):
 
 # ---------------------------------------------------------------- 6. threads: numpy beside torch's CPU paths
 
-def thread_worker(threads, batch, n, d_model, h, repeats):
-    """Run in a fresh process whose environment pins BLAS to ``threads``: time the four layers, print JSON."""
-    torch.set_num_threads(threads)
+def thread_worker(threads, group, batch, n, d_model, h, repeats):
+    """Run in a fresh process whose environment gives ``group``'s library ``threads`` threads: time its layers.
+
+    ``group`` is ``"numpy"`` (the package's layer; torch kept to one thread) or ``"torch"`` (PyTorch's three
+    paths; numpy's BLAS kept to one thread by the environment). Prints the times as JSON.
+    """
+    torch.set_num_threads(threads if group == "torch" else 1)
     params, x, module, xt = setup(batch, n, d_model, h)
-    layers = {"numpy M.multihead_attention": lambda: M.multihead_attention(x, x, x, params)}
-    layers.update(torch_layers(module, xt, h))
-    ours, _ = M.multihead_attention(x, x, x, params)
-    for label, fn in layers.items():  # every path computes the same layer
+    ours, _ = M.multihead_attention(x, x, x, params)  # the reference every path must compute
+    if group == "numpy":
+        layers = {"numpy M.multihead_attention": lambda: M.multihead_attention(x, x, x, params)}
+    else:
+        layers = torch_layers(module, xt, h)
+    for label, fn in layers.items():
         np.testing.assert_allclose(np.asarray(fn()[0] if label.startswith("numpy") else fn()), ours,
                                    rtol=2e-3, atol=2e-4, err_msg=label)
     times = call_times(list(layers.values()), repeats)
@@ -401,25 +415,31 @@ def thread_worker(threads, batch, n, d_model, h, repeats):
                       "times": dict(zip(layers, times))}))
 
 
+LIBRARIES_APART = "numpy and torch in separate processes"  # the ``libraries`` column of mha_threads.csv
+
+
 def thread_table(results, thread_counts, target, repeats):
     machine = describe()
     rows = []
     for threads in thread_counts:
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-                   MKL_NUM_THREADS=str(threads))
-        command = [sys.executable, __file__, "--thread-worker", str(threads), "--repeats", str(repeats),
-                   "--size", ",".join(str(target[key]) for key in ("batch", "n", "d_model", "h"))]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"the worker for {threads} threads failed:\n{done.stderr}")
-        report = json.loads(done.stdout.strip().splitlines()[-1])
-        for label, times in report["times"].items():
-            rows.append([threads, label, statistics.median(times), min(times), max(times), len(times),
-                         machine, blas_description(), versions(), today()])
-            print(f"  {threads:>3} threads: {label:<56} median {statistics.median(times) * 1e3:7.1f} ms "
-                  f"(fastest {min(times) * 1e3:.1f}, slowest {max(times) * 1e3:.1f})", flush=True)
+        for group in ("numpy", "torch"):
+            numpy_threads, torch_threads = (threads, 1) if group == "numpy" else (1, threads)
+            env = dict(os.environ, OPENBLAS_NUM_THREADS=str(numpy_threads), OMP_NUM_THREADS=str(torch_threads),
+                       MKL_NUM_THREADS=str(torch_threads))
+            command = [sys.executable, __file__, "--thread-worker", str(threads), "--group", group,
+                       "--repeats", str(repeats),
+                       "--size", ",".join(str(target[key]) for key in ("batch", "n", "d_model", "h"))]
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"the {group} worker for {threads} threads failed:\n{done.stderr}")
+            report = json.loads(done.stdout.strip().splitlines()[-1])
+            for label, times in report["times"].items():
+                rows.append([threads, label, statistics.median(times), min(times), max(times), len(times),
+                             machine, blas_description(), versions(), today(), LIBRARIES_APART])
+                print(f"  {threads:>3} threads: {label:<56} median {statistics.median(times) * 1e3:7.1f} ms "
+                      f"(fastest {min(times) * 1e3:.1f}, slowest {max(times) * 1e3:.1f})", flush=True)
     write_csv(results, "mha_threads.csv", ["threads", "version", "median_s", "min_s", "max_s", "calls", "machine",
-                                           "blas", "versions", "date"], rows)
+                                           "blas", "versions", "date", "libraries"], rows)
     return rows
 
 
@@ -434,13 +454,14 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small sizes, results into benchmarks/quick/")
     parser.add_argument("--out", type=Path, help="also copy the tables into this folder")
     parser.add_argument("--thread-worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--group", choices=("numpy", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, help="timed calls per measurement at the target point "
                         "(default 5, 3 with --quick); more on a machine that other work shares")
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.thread_worker:
         batch, n, d_model, h = (int(v) for v in args.size.split(","))
-        thread_worker(args.thread_worker, batch, n, d_model, h, args.repeats or 5)
+        thread_worker(args.thread_worker, args.group, batch, n, d_model, h, args.repeats or 5)
         return
     results = QUICK_RESULTS if args.quick else RESULTS
     results.mkdir(parents=True, exist_ok=True)

@@ -698,7 +698,7 @@ KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
     "book/01_scaled_dot_product_attention": {"code": (11, 23), "listing": (1, 3), "table": (0, 0)},
     "book/02_why_sqrt_dk": {"code": (6, 15), "listing": (3, 3), "table": (0, 0)},
     "book/03_multi_head_attention": {"code": (12, 16), "listing": (1, 1), "table": (0, 1)},
-    "book/04_cost": {"code": (15, 19), "listing": (0, 1), "table": (0, 1)},
+    "book/04_cost": {"code": (11, 16), "listing": (0, 1), "table": (0, 1)},
     "book/05_gradients": {"code": (5, 19), "listing": (5, 5), "table": (0, 0)},
     "book/06_masks": {"code": (14, 18), "listing": (2, 2), "table": (0, 0)},
     "book/07_efficient_attention": {"code": (10, 16), "listing": (5, 5), "table": (0, 0)},

@@ -33,6 +33,8 @@ def test_a_failed_case_has_no_numbers():
     failed = [r for r in rows if r["ms"] is None]
     assert failed and all(r["tflops"] is None and r["peak_mib"] is None for r in failed)
     assert {r["backend"] for r in failed} == {"math"}          # only the unfused path runs out of memory
+    assert all("OutOfMemoryError" in r["error"] for r in failed)          # and the table says so
+    assert all(r["error"] == "" for r in rows if r["ms"] is not None)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -197,7 +197,9 @@ def gpu_attention_table():
     -------
     rows : list of dict
         One per case: ``backend`` (str), ``B``, ``h``, ``n``, ``d_k`` (int), ``causal`` (bool), ``ms``,
-        ``tflops``, ``peak_mib`` (float, or None where the case failed).
+        ``tflops``, ``peak_mib`` (float, or None where the case failed), and ``error`` (str: what stopped a
+        failed case, such as ``"OutOfMemoryError: ..."``; empty where the case ran or the table has no such
+        column).
     machine : str
         The GPU, versions and date the table names.
     measured_by_course : bool
@@ -221,7 +223,8 @@ def gpu_attention_table():
 
     rows = [{"backend": r["backend"], **{key: int(r[key]) for key in ("B", "h", "n", "d_k")},
              "causal": r["causal"].strip().lower() in ("true", "1"), "ms": number(r["fwd_ms"]),
-             "tflops": number(r["fwd_tflops"]), "peak_mib": number(r["fwd_peak_mib"])} for r in table]
+             "tflops": number(r["fwd_tflops"]), "peak_mib": number(r["fwd_peak_mib"]),
+             "error": r.get("error") or ""} for r in table]
     sidecar = "gpu_attention.md" if own else GPU_ANCHOR[1]
     machine = machine_from_summary(read_result(sidecar) if has_result(sidecar) else "")
     return rows, machine, own
