@@ -1,4 +1,4 @@
-"""Grouped-query attention: groups of query heads that share one key/value head (chapter 9).
+"""Grouped-query attention: groups of query heads that share one key/value head (chapter 10).
 
 Axis names (as in ``multihead.py``):
 

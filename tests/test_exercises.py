@@ -644,7 +644,7 @@ def _chunk_by_loops(x_new, x_all, params, visible):
 
 
 def _chunk_by_decode_step(x_new, x_all, params):
-    """An independent right answer: chapter 8's cache, filled with the earlier tokens, then the new ones in one call."""
+    """An independent right answer: chapter 9's cache, filled with the earlier tokens, then the new ones in one call."""
     _, cache = M.inference.decode_step(x_all[:len(x_all) - len(x_new)], params)
     y, _ = M.inference.decode_step(x_new, params, cache)
     return y
