@@ -223,7 +223,7 @@ def from_torch_masks(key_padding_mask=None, attn_mask=None, *, num_heads=1):
         blocked = _as_bool(attn_mask, "attn_mask", "a float attn_mask is added to the scores (pass it as bias=); "
                            "one that holds only 0 and -inf becomes boolean with attn_mask != 0")
         if blocked.ndim == 3:
-            pages = blocked.shape[0]
+            pages, given = blocked.shape[0], blocked.shape  # the shape as given, for the messages
             if not is_int(num_heads) or num_heads < 1 \
                     or pages % num_heads:
                 raise ValueError(
@@ -234,7 +234,7 @@ def from_torch_masks(key_padding_mask=None, attn_mask=None, *, num_heads=1):
             blocked = blocked.reshape(pages // num_heads, num_heads, *blocked.shape[1:])
             if not np.all(blocked == blocked[:, :1]):
                 raise ValueError(
-                    f"the attn_mask of shape {attn_mask.shape} differs between the {num_heads} heads of a sequence; "
+                    f"the attn_mask of shape {given} differs between the {num_heads} heads of a sequence; "
                     f"multihead_attention uses one mask for every head"
                 )
             blocked = blocked[:, 0]  # (B, h, n, m) -> (B, n, m)

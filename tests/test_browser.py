@@ -700,7 +700,7 @@ KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
     "book/03_multi_head_attention": {"code": (12, 16), "listing": (1, 1), "table": (0, 1)},
     "book/04_cost": {"code": (11, 16), "listing": (0, 1), "table": (0, 1)},
     "book/05_gradients": {"code": (5, 19), "listing": (5, 5), "table": (0, 0)},
-    "book/06_masks": {"code": (14, 18), "listing": (2, 2), "table": (0, 0)},
+    "book/06_masks": {"code": (0, 17), "listing": (2, 2), "table": (0, 0)},
     "book/07_efficient_attention": {"code": (10, 16), "listing": (5, 5), "table": (0, 0)},
     "book/09_kv_cache": {"code": (0, 12), "listing": (1, 1), "table": (0, 0)},
     "book/10_serving_the_cache": {"code": (0, 10), "listing": (1, 2), "table": (0, 0)},

@@ -674,7 +674,7 @@ def test_chunk_outputs_typical_mistakes_are_named():
         (lambda x_new, x_all, params: _chunk_by_loops(x_new, x_all, params, lambda i, j, s, t: j < t - s + i),
          "must also see itself"),
         (lambda x_new, x_all, params: M.multihead_attention(
-            x_all, x_all, x_all, params, mask=M.causal_mask(len(x_all)))[0], "outputs of all t tokens"),
+            x_all, x_all, x_all, params, mask=M.causal_mask(len(x_all)))[0], "outputs of all m tokens"),
         (lambda x_new, x_all, params: M.multihead_attention(
             x_new, x_all, x_all, params, mask=M.causal_mask(len(x_new), len(x_all), align="bottom-right")),
          "return only the outputs"),

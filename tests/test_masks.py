@@ -245,6 +245,8 @@ def test_converters_round_trip(rng, h):
          r"shape \(6, 3, 3\) needs num_heads"),
         (lambda: from_torch_masks(attn_mask=np.arange(8).reshape(4, 1, 2) % 3 == 0, num_heads=2),
          r"attn_mask of shape \(4, 1, 2\) differs between the 2 heads"),
+        (lambda: from_torch_masks(attn_mask=(np.arange(8).reshape(4, 1, 2) % 3 == 0).tolist(), num_heads=2),
+         r"attn_mask of shape \(4, 1, 2\) differs between the 2 heads"),  # a nested list, not an array
         (lambda: from_torch_masks(attn_mask=np.zeros((3, 3))), "float attn_mask is added to the scores"),
         (lambda: from_torch_masks(key_padding_mask=np.ones((2, 1, 3), bool)), r"\(B, m\), got shape \(2, 1, 3\)"),
         (lambda: from_torch_masks(np.ones((2, 3), bool), np.ones((4, 3, 3), bool), num_heads=1),

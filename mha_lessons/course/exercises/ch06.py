@@ -214,18 +214,18 @@ def check_changed_positions(changed_positions):
 
 
 def check_chunk_outputs(chunk_outputs):
-    """Check ``chunk_outputs(x_new, x_all, params)``: causal self-attention of s new tokens against a cache.
+    """Check ``chunk_outputs(x_new, x_all, params)``: causal self-attention of n new tokens against a cache.
 
-    ``x_all``, shape (t, d_model), holds every token so far, the s new ones last; ``x_new`` is its last s
-    rows. The answer, shape (s, d_model), must equal the last s rows of the causal layer ``params`` run on
-    the whole of ``x_all``. Checked for s = 3 new tokens after 4 earlier ones and for s = 1 after 5.
+    ``x_all``, shape (m, d_model), holds every token so far, the n new ones last; ``x_new`` is its last n
+    rows. The answer, shape (n, d_model), must equal the last n rows of the causal layer ``params`` run on
+    the whole of ``x_all``. Checked for n = 3 new tokens after 4 earlier ones and for n = 1 after 5.
 
     >>> import mha_lessons as M
     >>> def chunk_outputs(x_new, x_all, params):
-    ...     mask = M.causal_mask(len(x_new), len(x_all), align="bottom-right")   # (s, t)
+    ...     mask = M.causal_mask(len(x_new), len(x_all), align="bottom-right")   # (n, m)
     ...     return M.multihead_attention(x_new, x_all, x_all, params, mask=mask)[0]
     >>> M.exercises.check_chunk_outputs(chunk_outputs)
-    Right: new token i stands at position t - s + i and sees keys 0 .. t - s + i.
+    Right: new token i stands at position m - n + i and sees keys 0 .. m - n + i.
     """
     from ...multihead import init_params, multihead_attention
 
@@ -235,38 +235,38 @@ def check_chunk_outputs(chunk_outputs):
     for name in ("b_q", "b_k", "b_v", "b_o"):  # non-zero biases, so that no term can go missing unseen
         setattr(params, name, rng.normal(scale=0.5, size=d_model))
     verdict = None
-    for s, t in ((3, 7), (1, 6)):
-        x_all = rng.normal(size=(t, d_model))  # (t, d_model): t - s earlier tokens, then s new ones
-        x_new = x_all[t - s:]  # (s, d_model)
+    for n, m in ((3, 7), (1, 6)):  # n new tokens, m tokens in all (chapter 6's letters)
+        x_all = rng.normal(size=(m, d_model))  # (m, d_model): m - n earlier tokens, then n new ones
+        x_new = x_all[m - n:]  # (n, d_model)
         answer, failure = call_learner(chunk_outputs, x_new.copy(), x_all.copy(), params, name="chunk_outputs")
         if failure is not None:  # a Verdict is false when it reports a mistake
             return failure
-        what = f"your output for s = {s} new tokens after {t - s} earlier ones"
+        what = f"your output for n = {n} new tokens after {m - n} earlier ones"
         if isinstance(answer, tuple) and len(answer) == 2:
             return Verdict(False, f"{what} is a pair: multihead_attention returns (outputs, weights); "
                                   f"return only the outputs.")
-        whole, _ = multihead_attention(x_all, x_all, x_all, params, mask=causal_mask(t))  # (t, d_model)
-        expected = whole[t - s:]  # (s, d_model): the rows of the new tokens
+        whole, _ = multihead_attention(x_all, x_all, x_all, params, mask=causal_mask(m))  # (m, d_model)
+        expected = whole[m - n:]  # (n, d_model): the rows of the new tokens
 
         def chunk(mask, keys=x_all):
-            return multihead_attention(x_new, keys, keys, params, mask=mask)[0]  # (s, d_model)
+            return multihead_attention(x_new, keys, keys, params, mask=mask)[0]  # (n, d_model)
 
-        before_itself = np.arange(t) < t - s + np.arange(s)[:, None]  # (s, t): key j < t - s + i
+        before_itself = np.arange(m) < m - n + np.arange(n)[:, None]  # (n, m): key j < m - n + i
         mistakes = [
-            (chunk(causal_mask(s, t)),
-             "top-left causal mask used for new queries against a cache: causal_mask(s, t) lets new token i "
-             "see keys 0 .. i, as if it stood at position i. It stands at position t - s + i, so it may see "
-             "keys 0 .. t - s + i: the bottom-right mask, causal_mask(s, t, align=\"bottom-right\")."),
+            (chunk(causal_mask(n, m)),
+             "top-left causal mask used for new queries against a cache: causal_mask(n, m) lets new token i "
+             "see keys 0 .. i, as if it stood at position i. It stands at position m - n + i, so it may see "
+             "keys 0 .. m - n + i: the bottom-right mask, causal_mask(n, m, align=\"bottom-right\")."),
             (chunk(None), "no mask: each new token also sees the new tokens after it. New token i may see keys "
-                          "0 .. t - s + i."),
-            (chunk(causal_mask(s), keys=x_new), "the cached tokens are missing: the new tokens attend only to "
+                          "0 .. m - n + i."),
+            (chunk(causal_mask(n), keys=x_new), "the cached tokens are missing: the new tokens attend only to "
                                                 "one another. Use the keys and values of x_all."),
-            (chunk(before_itself), "each new token must also see itself: key j is allowed when j <= t - s + i."),
-            (whole, "these are the outputs of all t tokens: return only those of the s new ones, computed from "
+            (chunk(before_itself), "each new token must also see itself: key j is allowed when j <= m - n + i."),
+            (whole, "these are the outputs of all m tokens: return only those of the n new ones, computed from "
                     "their queries alone."),
         ]
         verdict = compare(answer, expected, mistakes, what=what,
-                          right="new token i stands at position t - s + i and sees keys 0 .. t - s + i.")
+                          right="new token i stands at position m - n + i and sees keys 0 .. m - n + i.")
         if not verdict:
             return verdict
     return verdict
