@@ -228,7 +228,11 @@ def init_params(d_model, num_heads, *, d_k=None, d_v=None, bias=True, seed=0, dt
 def _project(x, w, b):
     dtype = np.result_type(x, w)
     work = working_dtype(dtype)  # float16: multiplied and summed in float32, the result rounded once
-    y = x.astype(work, copy=False) @ w.astype(work, copy=False)  # (..., n, d_in) @ (d_in, d_out) -> (..., n, d_out)
+    x = x.astype(work, copy=False)
+    # one (rows, d_in) @ (d_in, d_out) product: numpy multiplies (B, n, d_in) by (d_in, d_out) as B small products,
+    # each split over the BLAS threads, ten times slower or worse on two cores
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # (..., n, d_in) -> (rows, d_in)
+    y = (rows @ w.astype(work, copy=False)).reshape(*x.shape[:-1], w.shape[-1])  # -> (..., n, d_out)
     if b is not None:
         y += b  # in place: y is a fresh array
     return y.astype(dtype, copy=False)
