@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+# make portability does not re-run this file (see scripts/portability.py)
+pytestmark = pytest.mark.machine_independent("counts the words of the chapters' Markdown")
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 CHAPTERS = sorted(p for p in BOOK.glob("0[1-5]_*.ipynb"))

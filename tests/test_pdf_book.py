@@ -8,6 +8,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+# make portability does not re-run this file (see scripts/portability.py)
+pytestmark = pytest.mark.machine_independent("checks what the LaTeX builder's extension writes, as text")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
