@@ -1,9 +1,10 @@
 # The course's commands. Each creates .venv and installs what it needs first: `make book` only
 # requirements-book.txt (no torch), the others requirements.txt (everything).
 #   make book     build the website into _build/html (warnings are errors)
-#   make test     the strict book build; unit tests, doctests, nbval on every notebook and the Colab
-#                 wheel test; then `make portability`
-#   make portability  nbval and doctests again under settings that round like other CPUs and BLAS
+#   make check    unit tests and doctests: the edit loop (no website, no notebooks, no browser)
+#   make test     the strict book build; unit tests, doctests, nbval on every notebook, the browser,
+#                 JupyterLab and Colab wheel tests; then `make portability`
+#   make portability  notebooks, doctests and unit tests again under settings that round like other CPUs and BLAS
 #   make execute  re-run every notebook in place after changing the code, storing the new outputs
 #   make bench    run the benchmarks under benchmarks/, writing tables to mha_lessons/results/
 #   make lab      JupyterLab (installed in .venv) on the reader notebooks, reader/book/, with live sliders
@@ -19,7 +20,14 @@ NOTEBOOKS := $(wildcard book/*.ipynb)
 TORCH_INDEX ?=
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 
-.PHONY: venv book test portability execute bench clean lab pdf
+.PHONY: venv book check test portability execute bench clean lab pdf
+
+# pytest on every core (pytest-xdist), each worker with one BLAS and OpenMP thread: two workers with two threads
+# each would fight over two cores. Each file (a notebook's cells, a test file) runs on one worker, in order
+# (tests/conftest.py). Markers: `slow` (not in make check), `machine_independent` (not in make portability).
+PYTEST := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest \
+	-n auto --dist loadscope --no-loadscope-reorder
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 $(STAMP): requirements.txt requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,9 +49,11 @@ book: $(BOOK_STAMP)
 	$(BIN)/python scripts/vendor_assets.py
 	@echo "The website: $(CURDIR)/_build/html/index.html"
 
+check: $(STAMP)
+	$(PYTEST) -m "not slow" tests mha_lessons
+
 test: $(STAMP) book
-	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-		tests mha_lessons $(NOTEBOOKS)
+	$(PYTEST) $(NBVAL) tests mha_lessons $(NOTEBOOKS)
 	$(BIN)/python scripts/portability.py
 
 portability: $(STAMP)

@@ -123,8 +123,9 @@ def encoder_layer(x, layer, mask, eps, *, removed=()):
     params = without_heads(layer.attention, removed) if len(removed) else layer.attention
     a, w = multihead_attention(x, x, x, params, mask)  # (B, n, d_model), (B, h, n, n)
     x = layer_norm(x + a, *layer.ln_1, eps)
-    f = gelu(x @ layer.w_1 + layer.b_1) @ layer.w_2 + layer.b_2  # (B, n, d_ff) -> (B, n, d_model)
-    return layer_norm(x + f, *layer.ln_2, eps), w
+    rows = x.reshape(-1, x.shape[-1])  # (B, n, d_model) -> (B n, d_model): one matrix product, not B of them
+    f = gelu(rows @ layer.w_1 + layer.b_1) @ layer.w_2 + layer.b_2  # (B n, d_ff) -> (B n, d_model)
+    return layer_norm(x + f.reshape(x.shape), *layer.ln_2, eps), w  # (B n, d_model) -> (B, n, d_model)
 
 
 def pair_similarities(embeddings):
@@ -158,15 +159,19 @@ def single_head_ablations(texts, *, model=None):
     """
     model = _model(model)
     out = run(texts, model=model)
-    mask = padding_mask(out.lengths, out.hidden.shape[-2])  # (B, 1, n)
-    result = np.empty((model.num_layers, model.num_heads, len(texts), model.d_model), dtype=out.hidden.dtype)
+    h, B, n = model.num_heads, len(texts), out.hidden.shape[-2]
+    mask = padding_mask(out.lengths, n)  # (B, 1, n)
+    masks, lengths = np.tile(mask, (h, 1, 1)), np.tile(out.lengths, h)  # (h B, 1, n), (h B,): once per head
+    result = np.empty((model.num_layers, h, B, model.d_model), dtype=out.hidden.dtype)
     for l in range(model.num_layers):
-        for i in range(model.num_heads):
-            x = out.hidden[l]  # (B, n, d_model): the input of layer l, unchanged by the removal
-            for k in range(l, model.num_layers):
-                x, _ = encoder_layer(x, model.layers[k], mask, model.eps, removed=[i] if k == l else ())
-            pooled = mean_pool(x, out.lengths)  # (B, d_model)
-            result[l, i] = pooled / np.linalg.norm(pooled, axis=-1, keepdims=True)
+        # layer l without head i, from its stored input (the layers before l do not change), for each i:
+        # the h results side by side as one batch, (h B, n, d_model), head by head
+        x = np.concatenate([encoder_layer(out.hidden[l], model.layers[l], mask, model.eps, removed=[i])[0]
+                            for i in range(h)])
+        for k in range(l + 1, model.num_layers):  # the layers after l, for all h removals at once
+            x, _ = encoder_layer(x, model.layers[k], masks, model.eps)
+        pooled = mean_pool(x, lengths)  # (h B, d_model)
+        result[l] = (pooled / np.linalg.norm(pooled, axis=-1, keepdims=True)).reshape(h, B, -1)  # -> (h, B, d)
     return result
 
 

@@ -96,6 +96,9 @@ def model_zip_path():
     return Path(list(spec.submodule_search_locations)[0]) / "model.zip"
 
 
+_WHEEL_FILES = {}  # (path, size, mtime) of the wheel's zip -> its checked files: see read_files
+
+
 def read_files(source=None):
     """The bytes of the three files, by name, from the wheel's zip, another zip, or a folder; sha256 checked.
 
@@ -109,8 +112,19 @@ def read_files(source=None):
     -------
     dict : file name -> bytes. Raises ValueError naming the file and both hashes when a file
     is not the one of the official release, and when a file is missing.
+
+    The installed wheel's files are read, unzipped and hashed once per process (a second call, as
+    ``reference_bert`` after ``load_minilm``, costs nothing), and again when the zip changes on disk.
     """
-    source = model_zip_path() if source is None else Path(source)
+    if source is None:
+        path = model_zip_path()
+        stat = path.stat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key not in _WHEEL_FILES:
+            _WHEEL_FILES.clear()
+            _WHEEL_FILES[key] = read_files(path)
+        return dict(_WHEEL_FILES[key])
+    source = Path(source)
     files = {}
     if source.is_dir():
         for name in SHA256:
@@ -138,7 +152,8 @@ def read_files(source=None):
 
 def _linear(tensors, name, dtype):
     """torch's Linear stores W (out, in) and computes x @ W.T + b; the course uses x @ w, so w = W.T."""
-    return tensors[f"{name}.weight"].T.astype(dtype), tensors[f"{name}.bias"].astype(dtype)  # (in, out), (out,)
+    w = tensors[f"{name}.weight"].T.astype(dtype, order="C")  # (in, out), stored row by row: faster products
+    return w, tensors[f"{name}.bias"].astype(dtype)  # (in, out), (out,)
 
 
 def _layer_norm(tensors, name, dtype):

@@ -17,7 +17,7 @@ website shows:
 
 and a short note before each live panel cell. Equation numbers are those of the built site
 (``_build/html``) when it exists, else counted as Sphinx numbers them with this configuration:
-in the order of ``_toc.yml``, across the whole book.
+per chapter, (3.1), (3.2), ..., the chapters numbered in the order of ``_toc.yml``.
 
 The launch buttons (``_config.yml``: ``repository.path_to_book: reader``) open these files, and
 the website's download button serves them (``book/_ext/reader_downloads.py``).
@@ -116,9 +116,15 @@ def label_id(label):
 
 
 def equation_numbers(paths):
-    """label -> number as the website shows it (from _build/html if built, else counted over the book)."""
-    numbers, count = {}, 0
-    for path in paths:
+    """label -> number as the website shows it (from _build/html if built, else counted per chapter).
+
+    ``paths`` are the numbered chapters in the order of ``_toc.yml`` (``chapters()``): without a built
+    site, the k-th labelled equation of the c-th chapter is numbered c.k, as ``numfig_secnum_depth: 1``
+    numbers it.
+    """
+    numbers = {}
+    for chapter, path in enumerate(paths, start=1):
+        count = 0
         nb = json.loads(path.read_text())
         page = SITE / "book" / (path.stem + ".html")
         shown = {}
@@ -132,7 +138,7 @@ def equation_numbers(paths):
             for match in LABELLED_EQUATION.finditer("".join(cell["source"])):
                 count += 1
                 label = match["label"]
-                numbers[label] = shown.get(label_id(label), str(count)) if page.exists() else str(count)
+                numbers[label] = shown.get(label_id(label), f"{chapter}.{count}") if page.exists() else f"{chapter}.{count}"
     return numbers
 
 

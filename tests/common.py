@@ -1,4 +1,5 @@
-"""What several test files share: random layer parameters, and the tolerances for comparing gradients."""
+"""What several test files share: random layer parameters, the tolerances for comparing gradients, and the
+comparison of two results that only rounding may tell apart (``same_but_for_rounding``)."""
 
 import math
 
@@ -35,3 +36,26 @@ def close(ours, ref, scale=None, rtol=RTOL, atol_rel=ATOL_REL):
     ref = np.asarray(ref)
     scale = np.abs(ref).max() if scale is None else scale
     np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol_rel * scale)
+
+
+def same_but_for_rounding(ours, ref, err_msg="", ulps=1000):
+    """Two results of computations that are equal in exact arithmetic: equal to within rounding, not bit for bit.
+
+    Whatever went through a BLAS product or a reduction whose order a library chooses may come out in other
+    bits on another machine, and even on the same machine: another shape or batch size takes another kernel,
+    blocking or thread split, and MKL's results may change with the memory alignment of the very same numbers
+    (Intel's "conditional numerical reproducibility", ``MKL_CBWR``). So a test states "the same numbers" as
+    agreement to ``ulps`` units of the type's epsilon relative to the largest finite |ref|: far below any real
+    difference (a missing term, a wrong mask, a leaked NaN), far above any summation order. NaN must stand where
+    NaN stands and infinities must match, as ``assert_allclose`` checks.
+
+    Exact equality stays right where it is guaranteed: integers and booleans, copies and moves of entries,
+    element-wise operations with no sum, and zeros that IEEE arithmetic makes exact (a weight of exp(-inf),
+    0 · x, a sum of exact zeros).
+    """
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    kind = np.result_type(ours.dtype, ref.dtype)
+    eps = float(np.finfo(kind if np.issubdtype(kind, np.floating) else np.float64).eps)
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = float(finite.max()) if finite.size else 1.0
+    np.testing.assert_allclose(ours, ref, rtol=ulps * eps, atol=ulps * eps * scale, err_msg=err_msg)

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# make portability does not re-run this file (see scripts/portability.py)
+pytestmark = pytest.mark.machine_independent("reads the table of contents, the notebooks' JSON and the configuration")
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p for p in (ROOT / "book").glob("*.ipynb"))
 

@@ -18,6 +18,9 @@ from urllib.parse import urljoin, urlparse
 
 import pytest
 
+# `slow`: not in make check (pytest-xdist runs the whole file on one worker: one server, one Chromium)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"

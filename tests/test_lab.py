@@ -23,6 +23,9 @@ import pytest
 
 from test_browser import SHOTS, require_browser
 
+# `slow`: not in make check
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "reader" / "book" / "03_multi_head_attention.ipynb"
 JUPYTER = Path(sys.executable).parent / "jupyter"

@@ -32,6 +32,9 @@ from pathlib import Path
 
 import pytest
 
+# make portability does not re-run this file (see scripts/portability.py)
+pytestmark = pytest.mark.machine_independent("counts the words of the chapters' Markdown")
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 ALL_CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))

@@ -405,6 +405,8 @@ def test_changed_positions_against_an_independent_loop():
             for inputs in (x[b], x_other[b]):
                 y1, _ = M.multihead_attention(inputs, inputs, inputs, params_1, mask=m1)
                 outs.append(M.multihead_attention(y1, y1, y1, params_2, mask=m2)[0])
-            rows.append([not np.array_equal(outs[0][i], outs[1][i]) for i in range(x.shape[1])])
+            # changed beyond rounding (as the checker's own answer tells them apart: bit-for-bit equality of two
+            # runs is not promised by every BLAS)
+            rows.append([np.abs(outs[0][i] - outs[1][i]).max() > 1e-12 for i in range(x.shape[1])])
         return np.array(rows)
     assert M.exercises.check_changed_positions(per_sequence).ok

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+# make portability does not re-run this file (see scripts/portability.py)
+pytestmark = pytest.mark.machine_independent("reads the notation page and the chapters' Markdown")
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 NOTATION = BOOK / "notation.md"

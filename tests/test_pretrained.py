@@ -22,6 +22,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers / sentence-transformer
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 from mha_lessons import pretrained as P  # noqa: E402
+from common import same_but_for_rounding  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -157,7 +158,9 @@ def test_our_reference_bert_is_the_same_model_as_from_pretrained(bert, model32):
     hidden, weights = P.reference_outputs(TEXTS, ours, model=model32)
     expected_hidden, expected_weights, lengths = bert_outputs(bert, TEXTS, model32)
     gap_hidden, gap_weights = largest_gaps((hidden, weights), (expected_hidden, expected_weights), lengths)
-    assert gap_hidden == 0 and gap_weights == 0
+    # the same model runs the same float32 sums; torch's BLAS (MKL) need not repeat them bit for bit, so a
+    # hundredth of the gap allowed between our code and BertModel: another model would be far beyond it
+    assert gap_hidden < HIDDEN_ATOL_32 / 100 and gap_weights < WEIGHTS_ATOL_32 / 100
 
 
 def sabotaged(model, how):
@@ -238,7 +241,7 @@ def test_removed_heads_match_bert_with_those_heads_zeroed(model32, bert, removed
         np.testing.assert_allclose(w1, w2, rtol=0, atol=WEIGHTS_ATOL_32)
     full = P.run(TEXTS, model=model32)
     first = min(layer for layer, _ in removed)
-    np.testing.assert_array_equal(out.hidden[:first + 1], full.hidden[:first + 1])  # earlier layers untouched
+    same_but_for_rounding(out.hidden[:first + 1], full.hidden[:first + 1])  # earlier layers untouched
     assert np.abs(out.hidden[first + 1] - full.hidden[first + 1]).max() > 100 * HIDDEN_ATOL_32
 
 

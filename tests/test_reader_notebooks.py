@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from myst_nb.core.variables import format_plain_text  # the website's own formatting of glued values
 
+# make portability does not re-run this file (see scripts/portability.py)
+pytestmark = pytest.mark.machine_independent("compares the reader notebooks' text with the book's")
+
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("reader_notebooks", ROOT / "scripts" / "reader_notebooks.py")
 R = importlib.util.module_from_spec(spec)

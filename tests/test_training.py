@@ -19,7 +19,7 @@ from mha_lessons.task import (
 from mha_lessons.training import (
     TinyModel, accuracy, adam_step, cross_entropy, forward, head_attention, init_model, loss_and_grads, train)
 
-from common import FD_ATOL_REL, FD_RTOL, RTOL, close
+from common import FD_ATOL_REL, FD_RTOL, RTOL, close, same_but_for_rounding
 
 
 def largest(arrays):
@@ -289,9 +289,13 @@ def test_training_is_deterministic():
         model = init_model(VOCAB, N, D_MODEL, 2, seed=3)
         runs.append((train(model, 10, segment=SEGMENT, batch=8, seed=4, eval_every=5, eval_batch=16), model))
     (history_a, model_a), (history_b, model_b) = runs
-    assert history_a == history_b
+    # the same batches and the same steps; bit-for-bit equality of the two runs is not promised by every BLAS
+    # (MKL's results may depend on memory alignment), so the same numbers to rounding
+    assert history_a.keys() == history_b.keys() and history_a["step"] == history_b["step"]
+    for name in history_a:
+        same_but_for_rounding(history_a[name], history_b[name], err_msg=name)
     for name, array in model_a.arrays().items():
-        np.testing.assert_array_equal(array, model_b.arrays()[name])
+        same_but_for_rounding(array, model_b.arrays()[name], err_msg=name)
     other = init_model(VOCAB, N, D_MODEL, 2, seed=3)
     train(other, 10, segment=SEGMENT, batch=8, seed=5, eval_every=5, eval_batch=16)
     assert not np.array_equal(other.attn.w_q, model_a.attn.w_q)  # another seed, other batches
@@ -312,7 +316,7 @@ def test_weights_depend_on_positions_only_unless_keys_see_tokens():
     tokens, _ = make_task(3, 6, 5, 3, seed=2)
     _, weights = forward(model, tokens)
     assert weights.shape == (2, 6, 6)
-    np.testing.assert_array_equal(weights, head_attention(model))
+    same_but_for_rounding(weights, head_attention(model))
     model.keys_see_tokens = True
     _, weights = forward(model, tokens)
     assert weights.shape == (3, 2, 6, 6) and not np.allclose(weights[0], weights[1])
@@ -323,7 +327,7 @@ def test_weights_depend_on_positions_only_unless_keys_see_tokens():
     x_qk_ablated, x_v = M.training.attention_inputs(model, tokens)
     np.testing.assert_array_equal(x_qk_ablated, x_qk)
     np.testing.assert_array_equal(x_v, model.embed[tokens])
-    np.testing.assert_array_equal(forward(model, tokens)[1], weights)
+    same_but_for_rounding(forward(model, tokens)[1], weights)
 
 
 def test_relation_score_against_a_loop(rng):

