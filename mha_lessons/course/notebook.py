@@ -60,8 +60,29 @@ def portable(value, digits=GLUE_DIGITS):
 FOLD_OVER = 25
 
 
+def python_object(obj):
+    """The Python function behind ``obj``: a Triton kernel (``triton.jit``) keeps it in ``.fn``; anything else as is.
+
+    Examples
+    --------
+    >>> def kernel():
+    ...     pass
+    >>> class Jitted:                    # what triton.jit returns, in short
+    ...     def __init__(self, fn):
+    ...         self.fn = fn
+    >>> python_object(Jitted(kernel)) is kernel, python_object(kernel) is kernel
+    (True, True)
+    """
+    inner = getattr(obj, "fn", None)
+    if inspect.isfunction(obj) or inspect.isclass(obj) or not inspect.isfunction(inner):
+        return obj
+    return inner
+
+
 def source_without_docstring(obj):
     """The source code of a function or class, without its docstring (the page explains it instead).
+
+    A Triton kernel shows the Python function it was written as (``python_object``).
 
     Examples
     --------
@@ -75,7 +96,7 @@ def source_without_docstring(obj):
     import ast
     import textwrap
 
-    lines = textwrap.dedent(inspect.getsource(obj)).splitlines()
+    lines = textwrap.dedent(inspect.getsource(python_object(obj))).splitlines()
     node = ast.parse("\n".join(lines)).body[0]
     first = node.body[0]
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
@@ -98,7 +119,7 @@ def show_source(*objs):
     if count <= FOLD_OVER:
         display(Code(code, language="python"))
         return
-    names = ", ".join(f"<code>{obj.__qualname__}</code>" for obj in objs)
+    names = ", ".join(f"<code>{python_object(obj).__qualname__}</code>" for obj in objs)
     html = (f"<details><summary>The code of {names} ({count} lines): click to open</summary>"
             f"{Code(code, language='python')._repr_html_()}</details>")
     display({"text/html": html, "text/plain": code}, raw=True)
@@ -152,6 +173,38 @@ def read_result(name):
         known = sorted(p.name for p in results.iterdir() if p.is_file())
         raise ValueError(f"no stored benchmark result named {name!r}; there are {known}")
     return path.read_text()
+
+
+class skip_with_reason:  # noqa: N801 (used as a statement: ``with skip_with_reason(...):``)
+    """Run a cell's block; if it raises one of ``errors``, print the error's message and go on with the chapter.
+
+    Chapter 8 runs its Triton kernel in such blocks: on a machine where the kernel cannot run (no Triton on
+    macOS or Windows), each block says why in one sentence instead of stopping the notebook with a traceback,
+    and the chapter runs to its end. Any other error still stops the cell.
+
+    Examples
+    --------
+    >>> with skip_with_reason(KeyError):
+    ...     {}["missing"]
+    Skipped: 'missing'
+    >>> with skip_with_reason(KeyError):
+    ...     print("ran")
+    ran
+    """
+
+    def __init__(self, *errors):
+        if not errors or not all(isinstance(e, type) and issubclass(e, BaseException) for e in errors):
+            raise TypeError(f"skip_with_reason takes exception classes, got {errors!r}")
+        self.errors = errors
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if kind is not None and issubclass(kind, self.errors):
+            print(f"Skipped: {error}")
+            return True  # the error is handled: the notebook goes on
+        return False
 
 
 PINNED_TORCH = "2.13"  # the PyTorch that requirements.txt pins and the stored outputs were computed with
