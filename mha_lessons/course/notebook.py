@@ -202,7 +202,9 @@ class skip_with_reason:  # noqa: N801 (used as a statement: ``with skip_with_rea
 
     def __exit__(self, kind, error, traceback):
         if kind is not None and issubclass(kind, self.errors):
-            print(f"Skipped: {error}")
+            import textwrap
+
+            print(textwrap.fill(f"Skipped: {error}", width=80))  # fits the page's output column
             return True  # the error is handled: the notebook goes on
         return False
 
