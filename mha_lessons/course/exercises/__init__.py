@@ -25,6 +25,7 @@ from .ch06 import (
     check_batch_mask, check_torch_key_padding_mask, check_sliding_window_mask, check_changed_positions,
     check_chunk_outputs)
 from .ch07 import check_running_max_sum, check_merge_states, check_causal_blocks, check_weights_from_lse
+from .ch08 import check_forward_intensity, check_key_blocks_loaded, check_tflops
 from .ch09 import check_earlier_changed, check_batch_flops_per_byte
 from .ch10 import check_cache_bytes, check_expand_kv, check_mean_pool_kv, check_mla_flops_per_byte
 from .ch11 import (check_w_o_rows, check_allreduce_bytes, check_worker_output, check_split_head_counts,
@@ -42,7 +43,8 @@ __all__ = [
     "check_weighted_sum_backward", "check_temperature_gradient", "check_causal_gradient_rows",
     "check_batch_mask", "check_torch_key_padding_mask", "check_sliding_window_mask",
     "check_changed_positions", "check_chunk_outputs", "check_running_max_sum", "check_merge_states",
-    "check_causal_blocks", "check_weights_from_lse", "check_cache_bytes", "check_expand_kv",
+    "check_causal_blocks", "check_weights_from_lse", "check_forward_intensity", "check_key_blocks_loaded",
+    "check_tflops", "check_cache_bytes", "check_expand_kv",
     "check_mean_pool_kv", "check_earlier_changed", "check_batch_flops_per_byte", "check_mla_flops_per_byte",
     "check_w_o_rows", "check_allreduce_bytes",
     "check_worker_output", "check_split_head_counts", "check_split_head_work", "check_relation_positions",
