@@ -1,4 +1,4 @@
-"""Sequence and context parallelism, simulated in numpy: ring attention and the all-to-all of DeepSpeed-Ulysses.
+"""Sequence and context parallelism (chapter 12), simulated in numpy: ring attention and DeepSpeed-Ulysses.
 
 Head parallelism (``parallel.py``) gives each of p workers some heads and all the tokens. For long inputs
 the other split is by tokens: each worker holds a block of n / p consecutive positions of q, k and v
