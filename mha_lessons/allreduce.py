@@ -3,7 +3,10 @@
 p workers each hold a term of the same sum (a partial output of the layer, N numbers); after the
 all-reduce every worker holds the sum. In a ring, each worker sends to its neighbour only: p - 1
 steps of reduce-scatter, then p - 1 of all-gather, each step one chunk of N / p numbers. The α–β
-model prices each step as a fixed latency α plus the chunk's bytes at the bandwidth β.
+model prices each message as a fixed latency α plus its bytes times β, the seconds per byte. This
+module writes the two as the chapter does: ``t_lat`` = α in seconds, and ``r_link`` = 1 / β, the
+link's bandwidth in bytes per second. A one-shot all-reduce, which serving engines use for small
+tensors, is priced the same way (``allreduce_time(..., algorithm="one_shot")``).
 
 Axis names as in ``parallel.py``: p workers, r a worker's rank, N the elements all-reduced.
 """
@@ -129,19 +132,27 @@ def ring_holdings(num_workers):
     return states.astype(int)
 
 
-def allreduce_time(num_bytes, num_workers, alpha, beta):
-    """The α–β model of a ring all-reduce: 2 (p - 1) α + 2 (p - 1) / p · N / β seconds.
+ALGORITHMS = ("ring", "one_shot")
 
-    Each of the 2 (p - 1) steps waits for one message: a fixed latency α
-    (seconds) plus its N / p bytes at the bandwidth β (bytes per second).
+
+def allreduce_time(num_bytes, num_workers, t_lat, r_link, *, algorithm="ring"):
+    """The α–β model of an all-reduce of N bytes on p workers, in seconds.
+
+    ``"ring"``: 2 (p - 1) steps, each one message of N / p bytes that the next step waits for,
+    2 (p - 1) t_lat + 2 (p - 1) / p · N / r_link. ``"one_shot"``: every worker reads the other
+    p - 1 workers' whole terms at once and adds them itself (vLLM's ``cross_device_reduce_1stage``):
+    one latency, but (p - 1) N bytes into each worker, t_lat + (p - 1) · N / r_link.
 
     Parameters
     ----------
     num_bytes : float or ndarray
         N, the size of the all-reduced tensor in bytes.
     num_workers : int
-    alpha : float, seconds per message
-    beta : float, bytes per second
+    t_lat : float
+        Latency of one message in seconds (the α of the α–β model).
+    r_link : float
+        Bandwidth of a link in bytes per second (1 / β, β being the seconds per byte).
+    algorithm : "ring" or "one_shot"
 
     Returns
     -------
@@ -149,24 +160,34 @@ def allreduce_time(num_bytes, num_workers, alpha, beta):
 
     Examples
     --------
-    >>> allreduce_time(1e6, 2, alpha=1e-5, beta=1e9)      # 2 α + 1 MB at 1 GB/s
+    >>> allreduce_time(1e6, 2, 1e-5, 1e9)                  # 2 t_lat + 1 MB at 1 GB/s
     0.00102
+    >>> round(allreduce_time(1e3, 8, 1e-5, 1e9, algorithm="one_shot") * 1e6, 6)   # t_lat + 7 kB
+    17.0
     """
     require_positive_int(num_workers, "num_workers")
-    if not (alpha >= 0 and beta > 0):
-        raise ValueError(f"allreduce_time needs alpha >= 0 and beta > 0, got alpha = {alpha}, beta = {beta}")
-    p = num_workers
-    time = 2 * (p - 1) * alpha + 2 * (p - 1) / p * np.asarray(num_bytes, dtype=float) / beta
+    if not (t_lat >= 0 and r_link > 0):
+        raise ValueError(f"allreduce_time needs t_lat >= 0 seconds and r_link > 0 bytes/s, got t_lat = {t_lat}, "
+                         f"r_link = {r_link}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    p, size = num_workers, np.asarray(num_bytes, dtype=float)
+    if p == 1:
+        time = np.zeros_like(size)  # nothing to exchange
+    elif algorithm == "ring":
+        time = 2 * (p - 1) * t_lat + 2 * (p - 1) / p * size / r_link
+    else:
+        time = t_lat + (p - 1) * size / r_link
     return float(time) if time.ndim == 0 else time
 
 
 def fit_alpha_beta(num_bytes, seconds, num_workers):
-    """Fit the α–β model of ``allreduce_time`` to measured all-reduce times, by least squares.
+    """Fit the ring's α–β model (``allreduce_time``) to measured all-reduce times, by least squares.
 
-    The model is linear in α and 1/β: t = 2 (p - 1) α + (2 (p - 1) / p · N) (1 / β).
+    The model is linear in t_lat and 1 / r_link: t = 2 (p - 1) t_lat + (2 (p - 1) / p · N) (1 / r_link).
     Relative errors count equally: each row is divided by its measured time,
-    so that the small messages (which fix α) weigh as much as the large ones
-    (which fix β).
+    so that the small messages (which fix t_lat) weigh as much as the large ones
+    (which fix r_link).
 
     Parameters
     ----------
@@ -175,14 +196,16 @@ def fit_alpha_beta(num_bytes, seconds, num_workers):
 
     Returns
     -------
-    alpha : float, seconds
-    beta : float, bytes per second
+    t_lat : float
+        Seconds per message (α).
+    r_link : float
+        Bytes per second (1 / β).
 
     Examples
     --------
     >>> sizes = np.array([8, 1e3, 1e5, 1e7])
-    >>> alpha, beta = fit_alpha_beta(sizes, allreduce_time(sizes, 2, 2e-5, 3e9), 2)
-    >>> round(alpha * 1e6, 6), round(beta / 1e9, 6)
+    >>> t_lat, r_link = fit_alpha_beta(sizes, allreduce_time(sizes, 2, 2e-5, 3e9), 2)
+    >>> round(t_lat * 1e6, 6), round(r_link / 1e9, 6)
     (20.0, 3.0)
     """
     require_positive_int(num_workers, "num_workers")
@@ -196,10 +219,10 @@ def fit_alpha_beta(num_bytes, seconds, num_workers):
                          f"two different sizes")
     p = num_workers
     design = np.stack([np.full_like(sizes, 2.0 * (p - 1)), 2 * (p - 1) / p * sizes], axis=1)  # (k, 2)
-    (alpha, inverse_beta), *_ = np.linalg.lstsq(design / times[:, None], np.ones_like(times), rcond=None)
-    if inverse_beta <= 0:
+    (t_lat, seconds_per_byte), *_ = np.linalg.lstsq(design / times[:, None], np.ones_like(times), rcond=None)
+    if seconds_per_byte <= 0:
         raise ValueError("the fitted bandwidth is not positive: the times do not grow with the size")
-    return float(alpha), float(1 / inverse_beta)
+    return float(t_lat), float(1 / seconds_per_byte)
 
 
 def allreduce_bytes(num_elements, num_workers, itemsize=8):

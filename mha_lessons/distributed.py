@@ -1,4 +1,4 @@
-"""Head parallelism on real processes: p workers joined by ``torch.distributed`` (chapter 9).
+"""Head and sequence parallelism on real processes: p workers joined by ``torch.distributed`` (chapters 11, 12).
 
 ``parallel.py`` holds the arithmetic of a split layer (shards, partial outputs,
 the all-reduce); this module starts the processes, lets them find each other,
@@ -17,6 +17,7 @@ import numpy as np
 from ._checks import require_positive_int
 from .multihead import multihead_attention
 from .parallel import allreduce_bytes, demo_problem, partial_output, shard_params, worker_heads
+from .sequence_layouts import check_layout
 from .processes import (_check_torch_and_timeout, _join_group, _output_to_log, _run_workers,  # noqa: F401
                         loopback_interface, require_gloo, time_allreduce, timing_process)
 
@@ -120,45 +121,54 @@ def run_distributed(num_workers=2, *, batch=2, n=5, m=7, d_model=16, num_heads=4
 
 
 def ring_attention_process(rank, num_workers, store_path, problem, timeout, queue, log_path):
-    """One process of ``run_ring_attention``: hold one block of positions, pass key/value blocks around the ring."""
+    """One process of ``run_ring_attention``: hold its positions, pass key/value blocks around the ring.
+
+    Each step first starts sending the block it holds to the right and receiving the next one from the
+    left (``isend``/``irecv`` return at once), then computes on the block it holds, and only then waits
+    for the transfers: the exchange runs while the worker computes, as in Liu et al. (2023).
+    """
     import traceback
 
     _output_to_log(log_path)
     try:
         import torch
 
-        from .attention import causal_mask, scaled_dot_product_attention
+        from .attention import scaled_dot_product_attention
         from .blockwise import blockwise_attention_with_lse
+        from .sequence_layouts import worker_positions
         from .sequence_parallel import merge_partials
 
         dist = _join_group(rank, num_workers, store_path, timeout)
         try:
+            n, p, causal = problem["n"], num_workers, problem["causal"]
             q, k, v = np.random.default_rng(problem["seed"]).normal(
-                size=(3, problem["num_heads"], problem["n"], problem["d_k"]))  # (h, n, d_k) each
-            p, size = num_workers, problem["n"] // num_workers
-            mine = slice(rank * size, (rank + 1) * size)  # this worker's positions
-            mask = causal_mask(problem["n"]) if problem["causal"] else None
-            kv = torch.from_numpy(np.stack([k[..., mine, :], v[..., mine, :]]))  # (2, h, n_r, d_k): its own block
+                size=(3, problem["num_heads"], n, problem["d_k"]))  # (h, n, d_k) each
+            rows = [worker_positions(n, p, r, problem["layout"]) for r in range(p)]  # (n_r,) each
+            mine = rows[rank]
+            kv = torch.from_numpy(np.stack([k[..., mine, :], v[..., mine, :]])).contiguous()  # (2, h, n_r, d_k)
             state, sent = None, 0
             for step in range(p):
                 owner = (rank - step) % p  # whose block this worker holds now
-                cols = slice(owner * size, (owner + 1) * size)
-                if not (problem["causal"] and cols.start > mine.stop - 1):  # a block wholly in the future: skip
-                    tile = None if mask is None else mask[mine, cols]
+                if step < p - 1:  # start the exchange first: it runs while this worker computes
+                    incoming = torch.empty_like(kv)
+                    requests = [dist.isend(kv, (rank + 1) % p), dist.irecv(incoming, (rank - 1) % p)]
+                tile = rows[owner][None, :] <= mine[:, None] if causal else None  # (n_r, n_r): key <= query
+                if tile is None or tile.any():  # a block wholly in the future of every query: skip
                     part = blockwise_attention_with_lse(q[..., mine, :], kv[0].numpy(), kv[1].numpy(), tile)
                     state = part if state is None else merge_partials(*state, *part)
-                if step < p - 1:  # send the block on to the right, receive the next one from the left
-                    incoming = torch.empty_like(kv)
-                    request = dist.isend(kv, (rank + 1) % p)
-                    dist.recv(incoming, (rank - 1) % p)
-                    request.wait()
+                if step < p - 1:  # the block arrived while we computed (or we wait for it now)
+                    for request in requests:
+                        request.wait()
                     sent += kv.numel()
                     kv = incoming
             blocks = [torch.empty(state[0].shape, dtype=torch.float64) for _ in range(p)]
             dist.all_gather(blocks, torch.from_numpy(np.ascontiguousarray(state[0])))  # only to check the result
-            report = {"rank": rank, "positions": [mine.start, mine.stop], "sent": sent}
+            report = {"rank": rank, "positions": mine.tolist(), "sent": sent}
             if rank == 0:
-                out = np.concatenate([b.numpy() for b in blocks], axis=-2)  # (h, n, d_k)
+                out = np.empty_like(q)  # (h, n, d_k): every worker's rows back in place
+                for r, block in enumerate(blocks):
+                    out[..., rows[r], :] = block.numpy()
+                mask = (np.arange(n)[None, :] <= np.arange(n)[:, None]) if causal else None  # (n, n)
                 reference, _ = scaled_dot_product_attention(q, k, v, mask)
                 report["max_abs_diff"] = float(np.abs(out - reference).max())
                 report["max_abs_output"] = float(np.abs(reference).max())
@@ -170,26 +180,27 @@ def ring_attention_process(rank, num_workers, store_path, problem, timeout, queu
         raise
 
 
-def run_ring_attention(num_workers=2, *, num_heads=2, n=16, d_k=4, causal=True, seed=0, timeout=60.0):
+def run_ring_attention(num_workers=2, *, num_heads=2, n=16, d_k=4, causal=True, layout="contiguous", seed=0,
+                       timeout=60.0):
     """Ring attention on ``num_workers`` real gloo processes, checked against unsplit attention on one.
 
-    Each process holds n / p positions of q, k and v (drawn from ``seed``; every process draws the same
-    arrays and keeps its block), and passes key/value blocks to its right-hand neighbour with
-    ``dist.isend`` / ``dist.recv``, merging each block's partial softmax into its own (as
-    ``sequence_parallel.ring_attention`` does in one process). Worker 0 gathers the blocks and compares.
+    Each process holds the positions ``worker_positions(n, p, rank, layout)`` of q, k and v (drawn from
+    ``seed``; every process draws the same arrays and keeps its rows), and passes key/value blocks to its
+    right-hand neighbour with ``dist.isend`` / ``dist.irecv`` while it computes on the block it holds,
+    merging each block's partial softmax into its own (as ``sequence_parallel.ring_attention`` does in
+    one process). Worker 0 gathers the rows and compares.
 
     Returns
     -------
-    dict: ``num_workers``, ``positions`` (per rank), ``sent`` (numbers each worker sent), ``max_abs_diff``
-    (the gathered output against unsplit attention) and ``max_abs_output`` (the size of that output).
+    dict: ``num_workers``, ``positions`` (per rank, a list), ``sent`` (numbers each worker sent),
+    ``max_abs_diff`` (the gathered output against unsplit attention) and ``max_abs_output`` (the size of
+    that output).
     """
-    require_positive_int(num_workers, "num_workers")
-    for value, name in ((num_heads, "num_heads"), (n, "n"), (d_k, "d_k")):
+    for value, name in ((num_heads, "num_heads"), (d_k, "d_k")):
         require_positive_int(value, name)
-    if n % num_workers:
-        raise ValueError(f"num_workers = p = {num_workers} does not divide the sequence length n = {n}")
+    check_layout(n, num_workers, layout)
     _check_torch_and_timeout("run_ring_attention", timeout)
-    problem = {"num_heads": num_heads, "n": n, "d_k": d_k, "causal": bool(causal), "seed": seed}
+    problem = {"num_heads": num_heads, "n": n, "d_k": d_k, "causal": bool(causal), "layout": layout, "seed": seed}
     reports = _run_workers(ring_attention_process, num_workers, (problem,), timeout)
     return {"num_workers": num_workers, "positions": [reports[r]["positions"] for r in range(num_workers)],
             "sent": [reports[r]["sent"] for r in range(num_workers)], "max_abs_diff": reports[0]["max_abs_diff"],

@@ -1,4 +1,4 @@
-"""Sequence and context parallelism, simulated in numpy: ring attention and the all-to-all of DeepSpeed-Ulysses.
+"""Sequence and context parallelism (chapter 12), simulated in numpy: ring attention and DeepSpeed-Ulysses.
 
 Head parallelism (``parallel.py``) gives each of p workers some heads and all the tokens. For long inputs
 the other split is by tokens: each worker holds a block of n / p consecutive positions of q, k and v
@@ -7,7 +7,9 @@ the other split is by tokens: each worker holds a block of n / p consecutive pos
 Ring attention (Liu et al., 2023, *Ring Attention with Blockwise Transformers for Near-Infinite Context*):
 each worker keeps its block of queries and passes key/value blocks around a ring, p - 1 times. After
 each arrival it computes attention of its queries to that block, as an (output, log-sum-exp) pair, and
-merges it into what it has, with chapter 7's merge of partial softmaxes (``merge_partials``).
+merges it into what it has, with chapter 7's merge of partial softmaxes (``merge_partials``). Which
+positions each worker holds (a contiguous block, or a striped or zig-zag layout that balances the causal
+mask's work) is ``sequence_layouts.py``.
 
 DeepSpeed-Ulysses (Jacobs et al., 2023, *DeepSpeed Ulysses: System Optimizations for Enabling Training of
 Extreme Long Sequence Transformer Models*): an all-to-all turns the split by tokens into a split by heads
@@ -25,6 +27,7 @@ import numpy as np
 from ._checks import require_positive_int
 from .attention import causal_mask, scaled_dot_product_attention
 from .blockwise import blockwise_attention_with_lse
+from .sequence_layouts import check_layout, worker_positions
 
 
 def _blocks(n, num_workers):
@@ -70,25 +73,28 @@ def merge_partials(out_a, lse_a, out_b, lse_b):
     return share_a * out_a + share_b * out_b, lse
 
 
-def ring_attention(q, k, v, num_workers, *, causal=False):
+def ring_attention(q, k, v, num_workers, *, causal=False, layout="contiguous"):
     """Self-attention with the sequence split over p workers that pass key/value blocks around a ring.
 
-    Worker r holds positions ``[r n_r, (r + 1) n_r)`` of q, k and v. At step s (0 .. p - 1) it holds the
-    key/value block of worker (r - s) mod p: it attends to it (``blockwise_attention_with_lse``, with the
-    causal mask's tile when ``causal``) and merges the result into its own with ``merge_partials``; then
-    every worker sends the block it holds to worker r + 1. Steps whose block lies entirely in the future of
-    a worker's queries are skipped under ``causal`` (the block is still passed on).
+    Worker r holds the positions ``worker_positions(n, p, r, layout)`` of q, k and v (n_r = n / p of
+    them: a contiguous block, every p-th position, or two chunks; ``sequence_layouts.py``). At step s
+    (0 .. p - 1) it holds the key/value block of worker (r - s) mod p: it attends to it
+    (``blockwise_attention_with_lse``, with the causal mask's part for these positions when ``causal``)
+    and merges the result into its own with ``merge_partials``; then every worker sends the block it
+    holds to worker r + 1. A step whose block has no key that a query of worker r may see is skipped
+    (the block is still passed on).
 
     Parameters
     ----------
     q, k : ndarray, (..., n, d_k); v : ndarray, (..., n, d_v)
-    num_workers : int, dividing n
+    num_workers : int, dividing n (2p dividing n for ``layout="zigzag"``)
     causal : bool
+    layout : "contiguous", "striped" or "zigzag"
 
     Returns
     -------
     out : ndarray, (..., n, d_v)
-        The workers' blocks put back in order: equal to unsplit attention up to rounding.
+        The workers' rows put back in place: equal to unsplit attention up to rounding.
     sent : ndarray of int, (p,)
         Numbers each worker sent: p - 1 key blocks and p - 1 value blocks.
 
@@ -96,7 +102,7 @@ def ring_attention(q, k, v, num_workers, *, causal=False):
     --------
     >>> rng = np.random.default_rng(1)
     >>> q, k, v = (rng.normal(size=(2, 8, 4)) for _ in range(3))         # (h, n, d_k)
-    >>> out, sent = ring_attention(q, k, v, 4, causal=True)
+    >>> out, sent = ring_attention(q, k, v, 4, causal=True, layout="striped")
     >>> bool(np.allclose(out, scaled_dot_product_attention(q, k, v, causal_mask(8))[0])), sent.tolist()
     (True, [96, 96, 96, 96])
     """
@@ -105,25 +111,28 @@ def ring_attention(q, k, v, num_workers, *, causal=False):
     if k.shape[-2] != n or v.shape[-2] != n:
         raise ValueError(f"ring_attention is self-attention: q, k and v need the same n, got {q.shape}, {k.shape}, "
                          f"{v.shape}")
-    blocks = _blocks(n, num_workers)
+    check_layout(n, num_workers, layout)
     p = num_workers
-    mask = causal_mask(n) if causal else None
-    held = [(k[..., blocks[r], :], v[..., blocks[r], :]) for r in range(p)]  # worker r starts with its own block
+    rows = [worker_positions(n, p, r, layout, check_input=False) for r in range(p)]  # (n_r,) each
+    held = [(k[..., rows[r], :], v[..., rows[r], :]) for r in range(p)]  # worker r starts with its own block
     states = [None] * p  # (out, lse) of each worker, merged so far
     sent = np.zeros(p, dtype=int)
     for step in range(p):
         for r in range(p):
             owner = (r - step) % p  # whose key/value block worker r holds at this step
-            if causal and blocks[owner].start > blocks[r].stop - 1:
+            tile = rows[owner][None, :] <= rows[r][:, None] if causal else None  # (n_r, n_r): key j <= query i
+            if tile is not None and not tile.any():
                 continue  # every key of the block is in the future of every query of worker r
-            tile = None if mask is None else mask[blocks[r], blocks[owner]]  # (n_r, n_r)
-            part = blockwise_attention_with_lse(q[..., blocks[r], :], *held[r], tile)  # (..., n_r, d_v), (..., n_r)
+            part = blockwise_attention_with_lse(q[..., rows[r], :], *held[r], tile)  # (..., n_r, d_v), (..., n_r)
             states[r] = part if states[r] is None else merge_partials(*states[r], *part)
         if step < p - 1:  # pass every block on to the right-hand neighbour, all at once
             for r in range(p):
                 sent[r] += held[r][0].size + held[r][1].size
             held = [held[(r - 1) % p] for r in range(p)]
-    return np.concatenate([states[r][0] for r in range(p)], axis=-2), sent  # p x (..., n_r, d_v) -> (..., n, d_v)
+    out = np.empty(q.shape[:-1] + v.shape[-1:])  # (..., n, d_v)
+    for r in range(p):
+        out[..., rows[r], :] = states[r][0]  # worker r's rows back in place
+    return out, sent
 
 
 def all_to_all(parts):

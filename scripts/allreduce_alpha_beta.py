@@ -1,6 +1,6 @@
-"""Measure gloo's all-reduce on this machine and store the times for chapter 9's α–β fit.
+"""Measure gloo's all-reduce on this machine and store the times for chapter 11's α–β fit.
 
-Starts p = 2 worker processes with torch.distributed and the gloo backend over 127.0.0.1, as chapter 9 does
+Starts p = 2 worker processes with torch.distributed and the gloo backend over 127.0.0.1, as chapter 11 does
 (mha_lessons.distributed.time_allreduce), and times dist.all_reduce of float32 tensors from 4 bytes to
 4 MiB: a warm-up call, then REPEATS calls per size, each after a barrier; a call's time is the slower
 worker's; the table holds the median and the fastest call of each size, and the chapter fits the fastest
@@ -39,15 +39,16 @@ def main():
     lines = ["bytes,median_seconds,min_seconds"] + [
         f"{b},{t:.6e},{m:.6e}" for b, t, m in zip(result["bytes"], result["seconds"], result["min_seconds"])]
     (RESULTS / "allreduce_gloo.csv").write_text("\n".join(lines) + "\n")
-    alpha, beta = fit_alpha_beta(result["bytes"], result["min_seconds"], WORKERS)
+    t_lat, r_link = fit_alpha_beta(result["bytes"], result["min_seconds"], WORKERS)  # α, and 1 / β
     text = [
-        "# gloo all-reduce times for chapter 9's α–β fit", "",
+        "# gloo all-reduce times for chapter 11's α–β fit", "",
         f"Machine: {describe()}.",
         f"p = {WORKERS} processes, torch.distributed with gloo over 127.0.0.1, float32 tensors; "
         f"{REPEATS} calls per size after a warm-up call, each after a barrier, a call's time being the slower "
         f"worker's; the table gives the median and the fastest call. Run took {elapsed:.0f} s; load average (1 minute) {load_before:.2f} at the start "
         f"and {load_after:.2f} at the end.", "",
-        f"Fit to the fastest calls of t = 2 (p - 1) α + 2 (p - 1) / p · N / β: α = {alpha * 1e6:.1f} µs, β = {beta / 1e9:.2f} GB/s.", "",
+        f"Fit to the fastest calls of the ring's model t = 2 (p - 1) t_lat + 2 (p - 1) / p · N / R_link: "
+        f"t_lat = α = {t_lat * 1e6:.1f} µs, R_link = 1 / β = {r_link / 1e9:.2f} GB/s.", "",
         "| bytes | median seconds | fastest seconds |", "|---:|---:|---:|",
     ] + [f"| {b} | {t:.3e} | {m:.3e} |" for b, t, m in zip(result["bytes"], result["seconds"], result["min_seconds"])]
     (RESULTS / "allreduce_gloo.md").write_text("\n".join(text) + "\n")

@@ -1,4 +1,4 @@
-"""Head parallelism: shards, simulated workers, the ring all-reduce, real gloo processes, chapter 9's exercises.
+"""Head parallelism: shards, simulated workers, the ring all-reduce, real gloo processes, chapter 11's exercises.
 
 Oracles: an attention written out head by head in this file with np.exp (not the package's code), the
 package's single-process layer (itself checked against torch in test_multihead.py), np.sum for the
@@ -313,7 +313,7 @@ def test_script_text_names_the_heads_the_check_and_the_bytes():
     assert "within 1e-12: False" in "\n".join(script.describe({**report, "max_abs_diff": 1e-9}, args))
 
 
-# ---------------------------------------------------------------- chapter 9's exercises
+# ---------------------------------------------------------------- chapter 11's exercises
 
 def test_w_o_rows_right_and_wrong():
     def rows(w_o, h, p, r):
@@ -530,8 +530,10 @@ def test_fit_alpha_beta_recovers_known_rates_and_weighs_every_size_alike(rng):
 
 
 def test_alpha_beta_bad_input_names_the_numbers():
-    with pytest.raises(ValueError, match="alpha >= 0 and beta > 0, got alpha = 1e-06, beta = 0"):
+    with pytest.raises(ValueError, match="t_lat >= 0 seconds and r_link > 0 bytes/s, got t_lat = 1e-06, r_link = 0"):
         M.parallel.allreduce_time(10, 2, 1e-6, 0)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        M.parallel.allreduce_time(10, 2, 1e-6, 1e9, algorithm="tree")
     with pytest.raises(ValueError, match=r"same length >= 2, got shapes \(3,\) and \(2,\)"):
         M.parallel.fit_alpha_beta([1, 2, 3], [1, 2], 2)
     with pytest.raises(ValueError, match="p >= 2 workers \\(got 1\\)"):
@@ -560,19 +562,40 @@ def test_time_allreduce_runs_on_two_gloo_processes_and_reports_every_size():
         M.distributed.time_allreduce(2, repeats=0)
 
 
+def test_one_shot_allreduce_pays_one_latency_and_p_minus_1_terms_into_each_worker():
+    """A one-shot all-reduce written out: each worker reads the p - 1 other terms (N bytes each) in one step."""
+    t_lat, r_link, n_bytes = 1e-5, 1e9, 8192.0
+    for p in (1, 2, 4, 8):
+        expected = 0.0 if p == 1 else t_lat + sum(n_bytes for _ in range(p - 1)) / r_link
+        assert M.parallel.allreduce_time(n_bytes, p, t_lat, r_link, algorithm="one_shot") == pytest.approx(expected)
+    # a small message: the ring's time grows like its 2 (p - 1) latencies, the one-shot's barely moves
+    ring = [M.parallel.allreduce_time(n_bytes, p, t_lat, 4e11) for p in (2, 8)]
+    shot = [M.parallel.allreduce_time(n_bytes, p, t_lat, 4e11, algorithm="one_shot") for p in (2, 8)]
+    assert ring[1] / ring[0] > 6.9 and shot[1] / shot[0] < 1.02
+    # a large one: the one-shot moves (p - 1) N into each worker, the ring 2 (p - 1) / p N
+    big = 64 * 2**20
+    assert M.parallel.allreduce_time(big, 8, t_lat, 4e11, algorithm="one_shot") > \
+        2.5 * M.parallel.allreduce_time(big, 8, t_lat, 4e11)  # p / 2 = 4 times the bytes
+
+
 def test_split_head_work_exercise_right_and_wrong():
     B, n, m, h, d = 4, 2048, 2048, 32, 4096
-    work = 2 * B * n * m * (d // h)
-    assert M.exercises.check_split_head_work((work, work)).ok
-    assert M.exercises.check_split_head_work([float(work), np.int64(work)]).ok
+    d_k = d // h
+    work = 2 * B * n * m * d_k
+    swapped = B * n * d_k // 2 + B * m * d_k // 2  # each worker's halves of q and of k
+    assert M.exercises.check_split_head_work((work, work // 2, swapped)).ok
+    assert M.exercises.check_split_head_work([float(work), np.int64(work // 2), float(swapped)]).ok
     cases = {
-        "duplicated, not halved": (work, work // 2),
-        "a multiply-add is 2 FLOPs": (work // 2, work // 2),
-        "batch is missing": (work // B, work // B),
-        "all h heads' scores": (2 * B * n * m * d, 2 * B * n * m * d),
-        "h / p = 1 head": (work * h, work),
-        "give two numbers": "two numbers",
-        "flops is None": None,
+        "need not both compute every score": (work, work, swapped),
+        "a multiply-add is 2 FLOPs": (work // 2, work // 4, swapped),
+        "batch is missing": (work // B, work // B // 2, swapped),
+        "all h heads' scores": (2 * B * n * m * d, B * n * m * d, swapped),
+        "half of the work at p = h": (work, work // 4, swapped),
+        "only the half of q": (work, work // 2, B * n * d_k // 2),
+        "only d_k / 2 features": (work, work // 2, B * (n + m) * d_k),
+        "counts bytes": (work, work // 2, 4 * swapped),
+        "give three numbers": "three numbers",
+        "answer is None": None,
     }
     for words, wrong in cases.items():
         verdict = M.exercises.check_split_head_work(wrong)

@@ -10,7 +10,7 @@ and installs it; nothing else of the repository reaches the reader. This test do
    install, no jupyter-book, no myst-nb, no repository on sys.path);
 3. copies the chapter notebooks into a temporary folder outside the repository and executes each one to the
    end in a kernel of that environment, with no network: the kernel runs in a network namespace of its own
-   (`unshare -rn`, its loopback up for chapter 9's processes), talking to this process over Unix sockets.
+   (`unshare -rn`, its loopback up for the processes of chapters 11 and 12), talking to this process over Unix sockets.
 
 What it cannot cover is Colab itself: its exact package versions, its Python version, its front end (which
 renders the widgets), and the install cell's download from the repository's URL.

@@ -30,6 +30,7 @@ from .ch09 import check_earlier_changed, check_batch_flops_per_byte
 from .ch10 import check_cache_bytes, check_expand_kv, check_mean_pool_kv, check_mla_flops_per_byte
 from .ch11 import (check_w_o_rows, check_allreduce_bytes, check_worker_output, check_split_head_counts,
                    check_split_head_work)
+from .ch12 import check_ring_pairs, check_zigzag_positions, check_min_block, check_sequence_volumes
 from .ch13 import check_relation_positions, check_relation_score, check_both_right, check_head_weights
 from .ch15 import check_previous_share, check_mean_pool, check_head_query_weights
 
@@ -47,7 +48,8 @@ __all__ = [
     "check_tflops", "check_cache_bytes", "check_expand_kv",
     "check_mean_pool_kv", "check_earlier_changed", "check_batch_flops_per_byte", "check_mla_flops_per_byte",
     "check_w_o_rows", "check_allreduce_bytes",
-    "check_worker_output", "check_split_head_counts", "check_split_head_work", "check_relation_positions",
+    "check_worker_output", "check_split_head_counts", "check_split_head_work", "check_ring_pairs",
+    "check_zigzag_positions", "check_min_block", "check_sequence_volumes", "check_relation_positions",
     "check_relation_score", "check_both_right", "check_head_weights",
     "check_previous_share", "check_mean_pool", "check_head_query_weights",
 ]

@@ -1,4 +1,4 @@
-"""Checkers for chapter 9 (heads across processes)."""
+"""Checkers for chapter 11 (heads across processes)."""
 
 import numpy as np
 
@@ -205,39 +205,58 @@ def check_split_head_counts(counts):
                    right=f"B h n m = {scores:,} partial scores; B n d_model = {output:,} outputs.")
 
 
-def check_split_head_work(flops):
-    """Check ``flops = (at_p_equal_h, at_p_equal_2h)`` of exercise 4: one worker's FLOPs for the scores QKᵀ.
+def check_split_head_work(answer):
+    """Check ``answer = (flops_at_h, flops_at_2h, swapped)`` of exercise 4: a head split over two workers.
 
-    At p = h a worker holds one head and computes its scores, 2 B n m d_k FLOPs (a multiply-add is 2).
-    At p = 2h, after the two workers of a head have exchanged their halves of q and k, each holds the
-    head's complete q and k and computes every one of its scores again: the same 2 B n m d_k, duplicated,
-    not split. Sizes: B = 4, n = m = 2048, h = 32, d_model = 4096.
+    At p = h a worker holds one head and computes all its scores, 2 B n m d_k FLOPs (a multiply-add is 2).
+    At p = 2h each of a head's two workers holds d_k / 2 of its query and key features; once they have
+    swapped those halves, each holds the head's complete q and k, so they can split the head's queries:
+    2 B (n / 2) m d_k FLOPs each, half. The swap costs each worker B n d_k / 2 + B m d_k / 2 numbers sent,
+    in the middle of the attention. Sizes: B = 4, n = m = 2048, h = 32, d_model = 4096.
 
     >>> import mha_lessons as M
     >>> work = 2 * 4 * 2048 * 2048 * 128
-    >>> M.exercises.check_split_head_work((work, work))
-    Right: 2 B n m d_k = 4,294,967,296 FLOPs at p = h, and the same at p = 2h: twice the workers, no less score work each.
+    >>> M.exercises.check_split_head_work((work, work // 2, 4 * 2048 * 64 * 2))
+    Right: 4,294,967,296 FLOPs at p = h, 2,147,483,648 at p = 2h once the queries are split, for 1,048,576 numbers swapped by each worker in the middle of the attention.
     """
     B, n, m, h, d_model, d_k = _split_sizes()
     work = 2 * B * n * m * d_k
-    pair = _two_numbers(flops, "at_p_equal_h, at_p_equal_2h", [work, work], "flops")
-    if isinstance(pair, Verdict):
-        return pair
+    swapped = B * n * d_k // 2 + B * m * d_k // 2
+    try:
+        values = np.asarray(answer, dtype=float)
+    except (TypeError, ValueError):
+        return Verdict(False, f"give three numbers, (flops_at_h, flops_at_2h, swapped); got {answer!r}.")
+    if answer is None or values.shape != (3,):
+        return compare(answer, [work, work / 2, swapped], what="answer")
+    at_h, at_2h, sent = values
     mistakes = [
         (work / 2, "a multiply-add is 2 FLOPs: the scores of one head take 2 B n m d_k."),
         (2 * n * m * d_k, "the batch is missing: each of the B sequences has its own scores."),
         (2 * B * n * m * d_model, "that is all h heads' scores (d_model = h d_k): at p = h each worker holds "
                                   "h / p = 1 head, whose scores are dot products over its d_k features."),
     ]
-    verdict = compare(pair[0], work, mistakes, what="your count at p = h", rtol=1e-9)
+    verdict = compare(at_h, work, mistakes, what="your count at p = h", rtol=1e-9)
     if not verdict:
         return verdict
-    if np.isclose(pair[1], work / 2, rtol=1e-9):
-        return Verdict(False, "at p = 2h, once the two workers have exchanged their halves of q and k, each holds "
-                              "the head's complete q and k and computes all of its n m scores: the work is "
-                              "duplicated, not halved.")
-    verdict = compare(pair[1], work, mistakes, what="your count at p = 2h", rtol=1e-9)
+    if np.isclose(at_2h, work, rtol=1e-9):
+        return Verdict(False, "at p = 2h, once the two workers have swapped their halves of q and k, both hold the "
+                              "head's complete q and k: they need not both compute every score. Split the head's "
+                              "queries, n / 2 each, and each does half of the work.")
+    verdict = compare(at_2h, work / 2, [(work / 4, "half of the queries, each scored over all d_k features: "
+                                                   "2 B (n / 2) m d_k, half of the work at p = h.")],
+                      what="your count at p = 2h", rtol=1e-9)
     if not verdict:
         return verdict
-    return Verdict(True, f"2 B n m d_k = {work:,} FLOPs at p = h, and the same at p = 2h: twice the workers, "
-                         f"no less score work each.")
+    bytes_ = "this counts bytes; count the numbers sent."
+    sent_mistakes = [
+        (B * n * d_k // 2, "that is only the half of q; the worker sends its half of the keys too."),
+        (B * (n + m) * d_k, "that is twice the count: each worker holds only d_k / 2 features of each query and "
+                            "key and sends those (the two workers together send this much)."),
+        ((n + m) * d_k // 2, "the batch is missing: each of the B sequences has its own queries and keys."),
+        (swapped * 4, bytes_), (swapped * 8, bytes_),
+    ]
+    verdict = compare(sent, swapped, sent_mistakes, what="your count of numbers swapped", rtol=1e-9)
+    if not verdict:
+        return verdict
+    return Verdict(True, f"{work:,} FLOPs at p = h, {work // 2:,} at p = 2h once the queries are split, for "
+                         f"{swapped:,} numbers swapped by each worker in the middle of the attention.")
