@@ -1,4 +1,4 @@
-"""The tiny model of chapter 10: its task, its gradients, its optimiser, and what training makes of one and two heads.
+"""The tiny model of chapter 13: its task, its gradients, its optimiser, and what training makes of one and two heads.
 
 Oracles: the task's targets against a slow loop written from the task's definition; the gradients against
 torch autograd (float64) and central finite differences; Adam against torch.optim.Adam; the trained
@@ -376,7 +376,7 @@ def test_bad_input_raises_value_errors_that_name_the_numbers():
         train(model, -1)
 
 
-# ---------------------------------------------------------------- the exercises of chapter 10
+# ---------------------------------------------------------------- the exercises of chapter 13
 
 
 def learner_positions(n, segment, previous_at_zero=-1, first_style="position"):

@@ -1,4 +1,4 @@
-"""Checkers for chapter 10 (what do heads learn?)."""
+"""Checkers for chapter 13 (one head, two jobs)."""
 
 import numpy as np
 
