@@ -1,17 +1,12 @@
-"""Induction heads: a two-layer, attention-only model trained on repeated random segments (chapter 10).
+"""Induction heads: a two-layer, attention-only model trained on repeated random segments (chapter 14).
 
-The data. A sequence of n tokens starts with a segment of L distinct random
-tokens, followed by the same L tokens again, and then random tokens up to n.
-L differs from sequence to sequence (from n // 4 to n // 2), so that no fixed
-offset of positions finds the earlier copy. The next token is unpredictable in
-the first copy and fully predictable in the second, but only by looking back:
-at position i of the second copy, the answer is the token that followed the
-earlier occurrence of the current token, at position i - L + 1. Olsson et al. (2022), *In-context
-Learning and Induction Heads*, describe the two-head circuit that does this:
-a *previous-token head* in layer 1 writes into each position which token came
-before it, and an *induction head* in layer 2 looks for the position whose
-previous token is the current token (its keys read layer 1's output), and
-copies the token it finds there.
+The data (``induction_task.py``, whose names are reachable here too): sequences
+whose first L tokens, distinct, come again right after them. Olsson et al.
+(2022), *In-context Learning and Induction Heads*, describe the two-head
+circuit that predicts the second copy: a *previous-token head* in layer 1
+writes into each position which token came before it, and an *induction head*
+in layer 2 looks for the position whose previous token is the current token
+(its keys read layer 1's output), and copies the token it finds there.
 
 The model, with a residual stream (each layer adds its output to its input):
 
@@ -23,8 +18,11 @@ The model, with a residual stream (each layer adds its output to its input):
 
 The backward pass uses chapter 5's ``mha_backward`` for both layers (with the
 three paths of self-attention added up), and a few lines for the rest, each
-beside its forward. Axis names: B sequences, n positions, L the length of the
-repeated segment, V vocabulary, h heads per layer, d_model width.
+beside its forward. ``forward`` can also take layer 1's output out of layer 2's
+keys, replaced by zero or by its mean (an *ablation*), to test that the
+induction head reads what the previous-token head wrote. Axis names: B
+sequences, n positions, L the length of the repeated segment, V vocabulary, h
+heads per layer, d_model width.
 """
 
 import math
@@ -36,6 +34,9 @@ from ._checks import require_positive_int
 from .attention import causal_mask
 from .grads import _project_backward, mha_backward
 from .learning import EmbeddedModel, cross_entropy, train_with_adam
+from .induction_task import (  # noqa: F401  (reachable here: the chapter's data and scores)
+    copy_positions, first_copy_floor, induction_score, next_token_targets, previous_token_score,
+    repeated_sequences)
 from .multihead import MHAParams, _project, init_params, multihead_attention
 
 
@@ -69,47 +70,6 @@ def init_two_layer(vocab, n, d_model, num_heads=1, *, seed=0):
                          init_params(d_model, num_heads, seed=seed + 2), w_u, np.zeros(vocab))
 
 
-def repeated_sequences(batch, n, vocab, *, seed=0):
-    """Sequences whose first L tokens (distinct) come again right after them; L varies from n // 4 to n // 2.
-
-    Returns
-    -------
-    tokens : ndarray of int, (B, n)
-    half : ndarray of int, (B,): L, the length of the repeated segment of each sequence
-
-    Examples
-    --------
-    >>> tokens, half = repeated_sequences(1, 10, 12, seed=0)
-    >>> half, bool(np.array_equal(tokens[0, :half[0]], tokens[0, half[0]:2 * half[0]]))
-    (array([5]), True)
-    """
-    require_positive_int(batch, "batch")
-    if n < 4 or vocab < n // 2:
-        raise ValueError(f"repeated_sequences needs n >= 4 and vocab >= n // 2 (distinct tokens in a segment), "
-                         f"got n = {n}, vocab = {vocab}")
-    rng = np.random.default_rng(seed)
-    half = rng.integers(n // 4, n // 2 + 1, size=batch)  # (B,)
-    tokens = rng.integers(vocab, size=(batch, n))  # (B, n): random filler
-    for b, length in enumerate(half):
-        segment = rng.permutation(vocab)[:length]  # L distinct tokens
-        tokens[b, :length] = segment
-        tokens[b, length:2 * length] = segment
-    return tokens, half
-
-
-def copy_positions(half, n):
-    """Boolean (B, n) masks of the positions whose next token is predictable, and of those in the first copy.
-
-    Returns
-    -------
-    second : True at i = L .. 2 L - 2, where the next token is a copy of token i - L + 1
-    first : True at i = 0 .. L - 2, where the next token is new
-    """
-    i = np.arange(n)[None, :]  # (1, n)
-    half = np.asarray(half)[:, None]  # (B, 1)
-    return (i >= half) & (i <= 2 * half - 2), i <= half - 2
-
-
 def forward(model, tokens, *, ablate_layer1_in_keys=False):
     """Logits and both layers' attention weights.
 
@@ -117,10 +77,13 @@ def forward(model, tokens, *, ablate_layer1_in_keys=False):
     ----------
     model : TwoLayerModel
     tokens : ndarray of int, (B, n)
-    ablate_layer1_in_keys : bool
-        Let layer 2's keys read ``x0`` instead of ``x1``: the stream without
-        layer 1's output (queries and values still read ``x1``). This is how the
-        chapter shows that the induction head's keys need the previous-token head.
+    ablate_layer1_in_keys : False, True, "zero", "mean", or ndarray (n, d_model)
+        What layer 2's keys read in place of layer 1's output ``y1`` (queries and
+        values always read ``x1 = x0 + y1``). False: ``y1`` itself, no ablation.
+        True or "zero": nothing, the keys read ``x0`` (*zero-ablation*). "mean":
+        ``y1``'s mean over the B sequences at each position (*mean-ablation*, for
+        a batch large enough to average over). An array: that array, for instance
+        ``layer1_mean`` of another batch.
 
     Returns
     -------
@@ -129,24 +92,60 @@ def forward(model, tokens, *, ablate_layer1_in_keys=False):
     Examples
     --------
     >>> model = init_two_layer(vocab=5, n=6, d_model=8, num_heads=2)
-    >>> logits, w1, w2 = forward(model, repeated_sequences(3, 6, 5)[0])
+    >>> logits, w1, w2 = forward(model, repeated_sequences(3, 6, 5)[0], ablate_layer1_in_keys="mean")
     >>> logits.shape, w1.shape, w2.shape
     ((3, 6, 5), (3, 2, 6, 6), (3, 2, 6, 6))
     """
     tokens = model.check_tokens(tokens)
+    ablation = _check_ablation(ablate_layer1_in_keys, model)
     mask = causal_mask(model.n)
     x0 = model.embed[tokens] + model.pos  # (B, n) -> (B, n, d_model)
-    y1, weights1 = multihead_attention(x0, x0, x0, model.attn1, mask)
+    y1, weights1 = multihead_attention(x0, x0, x0, model.attn1, mask)  # (B, n, d_model)
     x1 = x0 + y1  # the residual stream after layer 1
-    keys = x0 if ablate_layer1_in_keys else x1
+    if ablation is None:
+        keys = x1
+    elif isinstance(ablation, str):  # "zero" or "mean"
+        keys = x0 if ablation == "zero" else x0 + y1.mean(axis=0)  # (B, n, d_model) + (n, d_model)
+    else:
+        keys = x0 + ablation  # (B, n, d_model) + (n, d_model)
     y2, weights2 = multihead_attention(x1, keys, x1, model.attn2, mask)
     x2 = x1 + y2
     return _project(x2, model.w_u, model.b_u), weights1, weights2  # (B, n, V)
 
 
-def next_token_targets(tokens):
-    """The next token at positions 0 .. n - 2 and -1 (not scored) at the last one: (B, n)."""
-    return np.concatenate([tokens[:, 1:], np.full((tokens.shape[0], 1), -1)], axis=1)
+def _check_ablation(ablation, model):
+    """None (no ablation), "zero", "mean" or an (n, d_model) float array; ValueError/TypeError otherwise."""
+    if ablation is False:
+        return None
+    if ablation is True:
+        return "zero"
+    if isinstance(ablation, str):
+        if ablation not in ("zero", "mean"):
+            raise ValueError(f'ablate_layer1_in_keys must be False, True, "zero", "mean" or an array, got {ablation!r}')
+        return ablation
+    if not isinstance(ablation, np.ndarray):
+        raise TypeError(f"ablate_layer1_in_keys must be a bool, a str or an ndarray, got {type(ablation).__name__}")
+    if ablation.shape != model.pos.shape:
+        raise ValueError(f"an array for ablate_layer1_in_keys must have shape (n, d_model) = {model.pos.shape}, "
+                         f"got {ablation.shape}")
+    return ablation
+
+
+def layer1_mean(model, tokens):
+    """Layer 1's output averaged over the B sequences, at each position: (n, d_model).
+
+    What a mean-ablation puts in place of layer 1's output: it keeps what layer 1
+    writes at a position whatever the tokens, and drops what depends on them.
+
+    Examples
+    --------
+    >>> model = init_two_layer(vocab=5, n=6, d_model=8)
+    >>> layer1_mean(model, repeated_sequences(4, 6, 5)[0]).shape
+    (6, 8)
+    """
+    tokens = model.check_tokens(tokens)
+    x0 = model.embed[tokens] + model.pos  # (B, n, d_model)
+    return multihead_attention(x0, x0, x0, model.attn1, causal_mask(model.n))[0].mean(axis=0)  # (n, d_model)
 
 
 def loss_and_grads(model, tokens):
@@ -186,37 +185,26 @@ def loss_and_grads(model, tokens):
     return loss, TwoLayerModel(d_embed, d_pos, d_attn1, d_attn2, d_w_u, d_b_u)
 
 
-def previous_token_score(weights, half):
-    """Mean weight of each head on the previous token, at the queries of the first copy (1 .. L - 1).
-
-    Those are the positions whose keys the induction head reads: what the
-    previous-token head writes there is what composition needs. ``weights`` (B, h, n, n),
-    ``half`` (B,) -> (h,).
-    """
-    i = np.arange(weights.shape[-1])[None, :]  # (1, n)
-    first = (i >= 1) & (i <= np.asarray(half)[:, None] - 1)  # (B, n)
-    b, q = np.nonzero(first)
-    return weights[b, :, q, q - 1].mean(axis=0)  # (pairs, h) -> (h,)
-
-
-def induction_score(weights, half):
-    """Mean weight of each head, at the queries of the second copy, on the token after the earlier occurrence.
-
-    Query i of the second copy (L <= i <= 2 L - 2) holds the same token as
-    position i - L; the token that followed it sits at key i - L + 1. ``weights`` (B, h, n, n),
-    ``half`` (B,) -> (h,), averaged over every such query of every sequence.
-    """
-    second, _ = copy_positions(half, weights.shape[-1])  # (B, n)
-    b, i = np.nonzero(second)  # the (sequence, query) pairs
-    return weights[b, :, i, i - np.asarray(half)[b] + 1].mean(axis=0)  # (pairs, h) -> (h,)
-
-
 def half_losses(logits, tokens, half):
     """The next-token loss over the first copy's predictions and over the second copy's (see ``copy_positions``)."""
     targets = next_token_targets(tokens)
     second, first = copy_positions(half, tokens.shape[1])
     return (cross_entropy(logits, np.where(first, targets, -1))[0],
             cross_entropy(logits, np.where(second, targets, -1))[0])
+
+
+def evaluation_batch(seed, batch, n, vocab):
+    """The held-out sequences on which a run with this seed is measured: ``repeated_sequences``' (tokens, half).
+
+    Training batches are drawn from other streams of the same seed, so these sequences are never trained on.
+
+    Examples
+    --------
+    >>> tokens, half = evaluation_batch(0, 3, 8, 6)
+    >>> tokens.shape, half.shape
+    ((3, 8), (3,))
+    """
+    return repeated_sequences(batch, n, vocab, seed=np.random.SeedSequence([seed, 0]))
 
 
 def train_two_layer(model, steps, *, batch=32, lr=1e-2, seed=0, eval_every=50, eval_batch=256):
@@ -236,7 +224,7 @@ def train_two_layer(model, steps, *, batch=32, lr=1e-2, seed=0, eval_every=50, e
     ([0, 1, 2], 1)
     """
     require_positive_int(eval_every, "eval_every")
-    held_out, half = repeated_sequences(eval_batch, model.n, model.vocab, seed=np.random.SeedSequence([seed, 0]))
+    held_out, half = evaluation_batch(seed, eval_batch, model.n, model.vocab)
     history = {"step": [], "loss_first": [], "loss_second": [], "previous": [], "induction": []}
 
     def evaluate(step):
@@ -261,7 +249,7 @@ INDUCTION_SETTINGS = dict(vocab=24, n=20, d_model=32, num_heads=1, steps=1500, b
                           eval_batch=256)
 DROPPED = 1.0  # the second copy's loss counts as dropped below this (it starts near log V)
 INDUCTION_COLUMNS = ("seed", "loss_first", "loss_second", "drop_step", "previous", "induction",
-                     "ablated_induction", "ablated_loss_second")
+                     "zero_induction", "zero_loss_second", "mean_induction", "mean_loss_second")
 
 
 def induction_run(seed, **overrides):
@@ -271,7 +259,9 @@ def induction_run(seed, **overrides):
     -------
     model, history, summary : summary holds INDUCTION_COLUMNS: the last evaluation's losses and scores (head 0 of
     each layer), ``drop_step`` (the first evaluated step at which the second copy's loss is below DROPPED, -1 if
-    never), and the induction score and second-copy loss when layer 2's keys do not see layer 1's output.
+    never), and, on the same held-out batch, the induction score and the second copy's loss when layer 1's
+    output is taken out of layer 2's keys: replaced by zero (``zero_...``) or by its mean over the batch at each
+    position (``mean_...``; see ``forward``).
 
     Examples
     --------
@@ -286,12 +276,13 @@ def induction_run(seed, **overrides):
     model = init_two_layer(settings["vocab"], settings["n"], settings["d_model"], settings["num_heads"], seed=seed)
     history = train_two_layer(model, settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=seed,
                               eval_every=settings["eval_every"], eval_batch=settings["eval_batch"])
-    held_out, half = repeated_sequences(settings["eval_batch"], model.n, model.vocab,
-                                        seed=np.random.SeedSequence([seed, 0]))
-    logits, _, weights2 = forward(model, held_out, ablate_layer1_in_keys=True)
+    held_out, half = evaluation_batch(seed, settings["eval_batch"], model.n, model.vocab)
     dropped = [s for s, loss in zip(history["step"], history["loss_second"]) if loss < DROPPED]
     summary = {"seed": seed, "loss_first": history["loss_first"][-1], "loss_second": history["loss_second"][-1],
                "drop_step": dropped[0] if dropped else -1, "previous": history["previous"][-1][0],
-               "induction": history["induction"][-1][0], "ablated_induction": float(induction_score(weights2, half)[0]),
-               "ablated_loss_second": half_losses(logits, held_out, half)[1]}
+               "induction": history["induction"][-1][0]}
+    for kind in ("zero", "mean"):
+        logits, _, weights2 = forward(model, held_out, ablate_layer1_in_keys=kind)
+        summary[f"{kind}_induction"] = float(induction_score(weights2, half)[0])
+        summary[f"{kind}_loss_second"] = half_losses(logits, held_out, half)[1]
     return model, history, summary

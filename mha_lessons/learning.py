@@ -1,4 +1,4 @@
-"""What the course's small models share to learn (chapter 13): embeddings and parameters by name, the loss,
+"""What the course's small models share to learn (chapters 13 and 14): embeddings and parameters by name, the loss,
 Adam, and the loop that trains on fresh batches.
 
 ``training.py`` (one attention layer between embeddings and a read-out) and ``induction.py`` (two

@@ -1,4 +1,4 @@
-"""The task of chapter 10: two relations that a position must answer at once.
+"""The task of chapter 13: two relations that a position must answer at once.
 
 A sequence of ``n`` random tokens (integers below ``V``) is cut into segments
 of ``segment`` consecutive positions. At every position ``i`` a model must

@@ -1,4 +1,4 @@
-"""A tiny attention model, trained by the package's own gradients on a task that needs two relations at once.
+"""A tiny attention model (chapter 13), trained by our own gradients on a task that needs two relations at once.
 
 The task (``task.py``): at every position, name the previous token and the
 first token of the position's segment.

@@ -1,8 +1,10 @@
-"""The two-layer attention-only model of chapter 10's induction heads: data, gradients, scores, stored runs.
+"""The two-layer attention-only model of chapter 14's induction heads: data, gradients, scores, ablations, stored runs.
 
 Oracles: the gradients against torch autograd (float64, torch.nn.MultiheadAttention holding our weights) and
-central finite differences; the data and the scores against loops written here; the stored table of
-scripts/ch10_induction_seeds.py, whose seed-0 row a fresh run must reproduce to a tolerance.
+central finite differences; the zero- and mean-ablations against the same model written in torch; the data, the
+scores and the first copy's floor against loops and an explicit predictor written here; the stored table of
+scripts/ch14_induction_seeds.py, whose seed-0 row a fresh run must reproduce to a tolerance. The exercise
+checkers of chapter 14 against answers written as a learner would.
 """
 
 import copy
@@ -18,8 +20,8 @@ import mha_lessons as M
 from mha_lessons import induction
 from mha_lessons.grads import gradcheck, grads_from_torch
 from mha_lessons.induction import (
-    TwoLayerModel, copy_positions, forward, induction_score, init_two_layer, loss_and_grads, previous_token_score,
-    repeated_sequences)
+    TwoLayerModel, copy_positions, first_copy_floor, forward, induction_score, init_two_layer, loss_and_grads,
+    previous_token_score, repeated_sequences)
 
 from common import FD_ATOL_REL, FD_RTOL, close, same_but_for_rounding
 
@@ -117,20 +119,207 @@ def test_the_ablation_changes_only_layer_2s_keys(rng):
     expected = M.multihead_attention(x1, x0, x1, model.attn2, M.causal_mask(8))[1]
     np.testing.assert_allclose(w2_ablated, expected, rtol=1e-12)
     assert not np.allclose(w2, w2_ablated)
+    np.testing.assert_array_equal(forward(model, tokens, ablate_layer1_in_keys="zero")[2], w2_ablated)
+
+
+def torch_ablated(model, tokens, kind):
+    """Logits and layer 2's weights with layer 1's output replaced in layer 2's keys, written in torch."""
+    with torch.no_grad():
+        layer1, layer2 = M.params_to_torch(model.attn1), M.params_to_torch(model.attn2)
+        blocked = torch.from_numpy(~M.causal_mask(tokens.shape[1]))  # True = may NOT attend
+        x0 = torch.from_numpy(model.embed)[torch.from_numpy(tokens)] + torch.from_numpy(model.pos)
+        y1 = layer1(x0, x0, x0, attn_mask=blocked, need_weights=False)[0]
+        x1 = x0 + y1
+        keys = x0 if kind == "zero" else x0 + y1.mean(dim=0, keepdim=True)  # (1, n, d_model): one per position
+        y2, w2 = layer2(x1, keys, x1, attn_mask=blocked, average_attn_weights=False)
+        logits = (x1 + y2) @ torch.from_numpy(model.w_u) + torch.from_numpy(model.b_u)
+    return logits.numpy(), w2.numpy()
+
+
+@pytest.mark.parametrize("kind", ["zero", "mean"])
+def test_zero_and_mean_ablations_match_the_model_written_in_torch(rng, kind):
+    model = random_model(rng, vocab=6, n=8, d_model=8, num_heads=2)
+    tokens, _ = repeated_sequences(5, 8, 6, seed=1)
+    logits, _, w2 = forward(model, tokens, ablate_layer1_in_keys=kind)
+    torch_logits, torch_w2 = torch_ablated(model, tokens, kind)
+    close(logits, torch_logits)
+    close(w2, torch_w2)
+
+
+def test_a_mean_ablation_puts_the_mean_of_layer_1s_output_at_each_position(rng):
+    model = random_model(rng, vocab=6, n=8, d_model=8, num_heads=1)
+    tokens, _ = repeated_sequences(6, 8, 6, seed=2)
+    x0 = model.embed[tokens] + model.pos
+    outputs = [M.multihead_attention(x0[b], x0[b], x0[b], model.attn1, M.causal_mask(8))[0] for b in range(6)]
+    mean = np.array([np.mean([out[i] for out in outputs], axis=0) for i in range(8)])  # position by position
+    np.testing.assert_allclose(induction.layer1_mean(model, tokens), mean, rtol=1e-12, atol=1e-14)
+    # an array given in its place is used as it is; the batch's own mean is the "mean" ablation
+    by_array = forward(model, tokens, ablate_layer1_in_keys=mean)
+    by_name = forward(model, tokens, ablate_layer1_in_keys="mean")
+    for ours, theirs in zip(by_array, by_name):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+    # a single sequence ablated with another batch's mean differs from its own (degenerate) mean
+    own = forward(model, tokens[:1], ablate_layer1_in_keys="mean")[2]
+    np.testing.assert_allclose(own, forward(model, tokens[:1])[2], rtol=1e-12)   # the mean of one is itself
+    assert not np.allclose(forward(model, tokens[:1], ablate_layer1_in_keys=mean)[2], own)
+
+
+def test_bad_ablations_are_named():
+    model = init_two_layer(vocab=6, n=8, d_model=8)
+    tokens, _ = repeated_sequences(2, 8, 6)
+    with pytest.raises(ValueError, match='"zero", "mean"'):
+        forward(model, tokens, ablate_layer1_in_keys="median")
+    with pytest.raises(ValueError, match=r"\(n, d_model\) = \(8, 8\), got \(8, 4\)"):
+        forward(model, tokens, ablate_layer1_in_keys=np.zeros((8, 4)))
+    with pytest.raises(TypeError, match="got list"):
+        forward(model, tokens, ablate_layer1_in_keys=[0.0])
+
+
+def test_the_first_copys_floor_is_the_loss_of_guessing_among_the_unseen_tokens():
+    vocab, n = 12, 16
+    tokens, half = repeated_sequences(50, n, vocab, seed=4)
+    # the predictor that gives every token not seen so far the same probability, and seen tokens none
+    logits = np.zeros((50, n, vocab))
+    for b in range(50):
+        for i in range(n):
+            logits[b, i, tokens[b, :i + 1]] = -1e30
+    first_loss, _ = induction.half_losses(logits, tokens, half)
+    assert first_copy_floor(half, vocab) == pytest.approx(first_loss, rel=1e-12)
+    assert first_copy_floor(half, vocab) < math.log(vocab)
+    with pytest.raises(ValueError, match="lengths 2 .. vocab"):
+        first_copy_floor([1, 3], vocab)
 
 
 def stored_rows():
-    return list(csv.DictReader(io.StringIO(M.notebook.read_result("ch10_induction.csv"))))
+    return list(csv.DictReader(io.StringIO(M.notebook.read_result("ch14_induction.csv"))))
 
 
-def test_the_stored_table_holds_five_seeds_or_more():
+def test_the_stored_table_holds_five_seeds_or_more_and_the_loader_reads_it():
     rows = stored_rows()
     assert len({row["seed"] for row in rows}) >= 5
     assert set(rows[0]) == set(induction.INDUCTION_COLUMNS)
+    table = M.seeds.load_induction_table()
+    assert table["seed"].tolist() == [int(r["seed"]) for r in rows]
+    np.testing.assert_array_equal(table["mean_induction"], [float(r["mean_induction"]) for r in rows])
+
+
+def test_a_run_summarises_its_ablations_on_the_held_out_batch():
+    model, history, summary = induction.induction_run(1, steps=20, eval_every=10, eval_batch=16)
+    held_out, half = induction.evaluation_batch(1, 16, 20, 24)
+    assert summary["induction"] == history["induction"][-1][0]
+    for kind in ("zero", "mean"):
+        logits, _, w2 = forward(model, held_out, ablate_layer1_in_keys=kind)
+        assert summary[f"{kind}_induction"] == pytest.approx(induction_score(w2, half)[0], rel=1e-12)
+        assert summary[f"{kind}_loss_second"] == pytest.approx(induction.half_losses(logits, held_out, half)[1])
 
 
 def test_a_fresh_run_reproduces_the_stored_row_for_seed_0():
     _, _, summary = induction.induction_run(0)
     row = next(r for r in stored_rows() if r["seed"] == "0")
-    for name in ("loss_second", "previous", "induction", "ablated_induction"):
+    for name in ("loss_second", "previous", "induction", "zero_induction", "mean_induction"):
         assert abs(float(row[name]) - summary[name]) < 0.1, name  # other rounding moves a run this much
+
+
+# ---------------------------------------------------------------- the exercises of chapter 14, as a learner writes
+
+def learner_previous(weights, half, start=1, stop_after=0, offset=1, per_sequence=False, every=False):
+    """The previous-token score with loops, with switches for the typical mistakes."""
+    per_head = []
+    for head in range(weights.shape[1]):
+        values = []
+        for b, length in enumerate(half):
+            stop = weights.shape[-1] if every else length + stop_after
+            row = [weights[b, head, i, i - offset] for i in range(start, stop)]
+            values += [np.mean(row)] if per_sequence else row
+        per_head.append(np.mean(values))
+    return np.array(per_head)
+
+
+def test_previous_token_score_exercise():
+    assert M.exercises.check_previous_token_score(learner_previous).ok
+    cases = {
+        "counted query 0": lambda w, L: learner_previous(w, L, start=0),
+        "counted every query": lambda w, L: learner_previous(w, L, every=True),
+        "counted query n_rep too": lambda w, L: learner_previous(w, L, stop_after=1),
+        "weight on itself": lambda w, L: learner_previous(w, L, offset=0),
+        "averaged each sequence first": lambda w, L: learner_previous(w, L, per_sequence=True),
+        "not written yet": lambda w, L: (_ for _ in ()).throw(NotImplementedError),
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_previous_token_score(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def learner_induction(weights, half, offset=1, extra=0, transpose=False, per_sequence=False):
+    per_head = []
+    for head in range(weights.shape[1]):
+        values = []
+        for b, length in enumerate(half):
+            row = []
+            for i in range(length, 2 * length - 1 + extra):
+                key = i - length + offset
+                row.append(weights[b, head, key, i] if transpose else weights[b, head, i, key])
+            values += [np.mean(row)] if per_sequence else row
+        per_head.append(np.mean(values))
+    return np.array(per_head)
+
+
+def test_induction_score_exercise():
+    assert M.exercises.check_induction_score(learner_induction).ok
+    cases = {
+        "earlier copy of the current token": lambda w, L: learner_induction(w, L, offset=0),
+        "counted query 2 n_rep - 1": lambda w, L: learner_induction(w, L, extra=1),
+        "query and key are swapped": lambda w, L: learner_induction(w, L, transpose=True),
+        "averaged each sequence first": lambda w, L: learner_induction(w, L, per_sequence=True),
+        "forgot to `return`": lambda w, L: None,
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_induction_score(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def learner_floor(half, vocab, seen=1, extra=0, per_sequence=False, guess=False):
+    if guess:
+        return math.log(vocab)
+    values = []
+    for length in half:
+        row = [math.log(vocab - i - seen) for i in range(length - 1 + extra)]
+        values += [sum(row) / len(row)] if per_sequence else row
+    return sum(values) / len(values)
+
+
+def test_first_copy_floor_exercise():
+    assert M.exercises.check_first_copy_floor(learner_floor).ok
+    cases = {
+        "log N_vocab is the loss of guessing": lambda L, V: learner_floor(L, V, guess=True),
+        "the current one included": lambda L, V: learner_floor(L, V, seen=0),
+        "counted position n_rep - 1": lambda L, V: learner_floor(L, V, extra=1),
+        "averaged each sequence first": lambda L, V: learner_floor(L, V, per_sequence=True),
+        "raised ZeroDivisionError": lambda L, V: 1 / 0,
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_first_copy_floor(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)
+
+
+def learner_keys(x0, y1, axes=(0,), keep_x0=True, ablate=True):
+    if not ablate:
+        return x0 + y1
+    mean = y1.mean(axis=axes, keepdims=True)
+    return x0 + mean if keep_x0 else np.broadcast_to(mean, x0.shape)
+
+
+def test_mean_ablated_keys_exercise():
+    assert M.exercises.check_mean_ablated_keys(learner_keys).ok
+    assert M.exercises.check_mean_ablated_keys(
+        lambda x0, y1: np.stack([x0[b] + sum(y1) / len(y1) for b in range(len(x0))])).ok
+    cases = {
+        "this is zero-ablation": lambda x0, y1: x0.copy(),
+        "no ablation at all": lambda x0, y1: learner_keys(x0, y1, ablate=False),
+        "over the positions too": lambda x0, y1: learner_keys(x0, y1, axes=(0, 1)),
+        "you averaged over the positions;": lambda x0, y1: learner_keys(x0, y1, axes=(1,)),
+        "x0 stays in the keys": lambda x0, y1: learner_keys(x0, y1, keep_x0=False),
+    }
+    for words, wrong in cases.items():
+        verdict = M.exercises.check_mean_ablated_keys(wrong)
+        assert not verdict.ok and words in verdict.message, (words, verdict.message)

@@ -252,7 +252,9 @@ NOT_COMPARED = {
     ("13_one_head_two_jobs.ipynb", "relation-scores-of-trained-heads"): "claims",
     ("13_one_head_two_jobs.ipynb", "one-head-equal-and-unequal-tokens"): "claims",
     ("13_one_head_two_jobs.ipynb", "one-head-whose-keys-see-tokens"): "claims",
-    ("13_one_head_two_jobs.ipynb", "induction-train"): "claims",
+    ("14_induction_heads.ipynb", "induction-train"): "claims",
+    ("14_induction_heads.ipynb", "first-copy"): "claims",
+    ("14_induction_heads.ipynb", "ablation-seeds"): "claims",
     ("15_real_model_heads.ipynb", "real-model-panel"): "panel",
 }
 

@@ -1,7 +1,7 @@
-"""Chapter 10's runs over seeds: the summary of one run, and the stored table the chapter states its claims from.
+"""Chapter 13's runs over seeds: the summary of one run, and the stored table the chapter states its claims from.
 
 Oracles: the run's own history and weights, read independently of ``seeds.run``'s code; loops over positions
-and sequences written here; and the table stored by scripts/ch10_seeds.py, whose seed-0 rows a fresh run
+and sequences written here; and the table stored by scripts/ch13_seeds.py, whose seed-0 rows a fresh run
 must reproduce (to a tolerance: training amplifies each machine's rounding).
 """
 
@@ -76,6 +76,18 @@ def test_a_fresh_run_reproduces_the_stored_row_for_seed_0(config):
     row = (table["config"] == config) & (table["seed"] == 0) & (table["steps"] == seeds.SETTINGS["steps"])
     for name in ("previous", "first", "both_distinct"):
         assert abs(table[name][row][0] - summary[name]) < 0.15, name  # other rounding moves a run this much
+
+
+def test_a_column_and_its_range_follow_the_seeds_of_one_configuration():
+    table = seeds.load_table()
+    rows = [i for i in range(len(table["seed"])) if table["config"][i] == "one" and table["steps"][i] == 400]
+    by_seed = sorted((table["seed"][i], table["both"][i]) for i in rows)
+    np.testing.assert_array_equal(seeds.seed_column(table, "one", "both"), [v for _, v in by_seed])
+    assert seeds.seed_range(table, "one", "both") == (min(v for _, v in by_seed), max(v for _, v in by_seed))
+    long = seeds.seed_column(table, "loophole", "both_distinct", steps=seeds.LONG_STEPS)
+    assert len(long) >= 5 and not np.array_equal(long, seeds.seed_column(table, "loophole", "both_distinct"))
+    with pytest.raises(ValueError, match="no column 'both' for config 'three'"):
+        seeds.seed_range(table, "three", "both")
 
 
 def test_bad_configurations_and_settings_are_named():

@@ -1,4 +1,4 @@
-"""The tiny model of chapter 10: its task, its gradients, its optimiser, and what training makes of one and two heads.
+"""The tiny model of chapter 13: its task, its gradients, its optimiser, and what training makes of one and two heads.
 
 Oracles: the task's targets against a slow loop written from the task's definition; the gradients against
 torch autograd (float64) and central finite differences; Adam against torch.optim.Adam; the trained
@@ -283,6 +283,30 @@ def test_one_head_is_wrong_on_one_of_every_four_inputs(trained):
                 assert not np.array_equal(predicted, wanted), (i, a, b)
 
 
+@pytest.mark.parametrize("keys_see_tokens, values_see_positions", [(False, False), (True, False), (True, True)])
+def test_the_scores_are_the_weights_times_the_ov_table_plus_the_biases(rng, keys_see_tokens, values_see_positions):
+    """eq-ch13-scores, on which chapter 13's proof and its extension stand: psi_rel(C) at query i is
+    sum_j a_ij Gamma_rel[tok_j, C] + theta_rel(C), Gamma_rel = E W_V W_O W_out^(rel), whatever the weights depend
+    on; values that carry positions add sum_j a_ij phi_rel[j, C], phi_rel = P W_V W_O W_out^(rel) (the dropdown's
+    phi terms). Checked against the forward pass, every parameter random."""
+    model = init_model(VOCAB, N, D_MODEL, 1, seed=4, keys_see_tokens=keys_see_tokens,
+                       values_see_positions=values_see_positions)
+    for array in model.arrays().values():  # biases too: zeros would hide theta
+        array[...] = rng.normal(scale=0.5, size=array.shape)
+    tokens, _ = make_task(3, N, VOCAB, SEGMENT, seed=5)
+    logits, weights = forward(model, tokens)  # (B, n, R, V); (h, n, n) or (B, h, n, n)
+    a = np.broadcast_to(weights, (3, 1, N, N))[:, 0]  # (B, n, n), one head
+    attn = model.attn
+    for r in range(len(RELATIONS)):
+        w_out = model.w_out[:, r * VOCAB:(r + 1) * VOCAB]  # W_out^(rel), (d_model, V)
+        gamma = model.embed @ attn.w_v @ attn.w_o @ w_out  # (V, V)
+        theta = (attn.b_v @ attn.w_o + attn.b_o) @ w_out + model.b_out[r * VOCAB:(r + 1) * VOCAB]  # (V,)
+        expected = np.einsum("bij,bjc->bic", a, gamma[tokens]) + theta  # (B, n, V)
+        if values_see_positions:
+            expected += np.einsum("bij,jc->bic", a, model.pos @ attn.w_v @ attn.w_o @ w_out)
+        np.testing.assert_allclose(logits[:, :, r], expected, rtol=1e-10, atol=1e-12)
+
+
 def test_training_is_deterministic():
     runs = []
     for _ in range(2):
@@ -380,7 +404,7 @@ def test_bad_input_raises_value_errors_that_name_the_numbers():
         train(model, -1)
 
 
-# ---------------------------------------------------------------- the exercises of chapter 10
+# ---------------------------------------------------------------- the exercises of chapter 13
 
 
 def learner_positions(n, segment, previous_at_zero=-1, first_style="position"):

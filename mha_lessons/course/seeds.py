@@ -1,10 +1,13 @@
-"""Chapter 10's training runs, summarised in one row per model and seed, so that a claim can be checked over seeds.
+"""The training runs of chapters 13 and 14, one row per model and seed, so that a claim can be checked over seeds.
 
-``run(config, seed)`` trains one model of ``CONFIGS`` exactly as chapter 10
+``run(config, seed)`` trains one model of ``CONFIGS`` exactly as chapter 13
 does and returns it with its history and a summary (a dict of numbers).
-``scripts/ch10_seeds.py`` runs every configuration over many seeds and stores
-the summaries in ``mha_lessons/results/ch10_seeds.csv``; the chapter reads that
-table with ``load_table`` and re-runs one seed to check that it matches.
+``scripts/ch13_seeds.py`` runs every configuration over many seeds and stores
+the summaries in ``mha_lessons/results/ch13_seeds.csv``; the chapter reads that
+table with ``load_table``, states a claim over the seeds with ``seed_range``,
+and re-runs one seed to check that it matches. Chapter 14's two-layer model
+(``induction.induction_run``) has its table too, stored by
+``scripts/ch14_induction_seeds.py`` and read with ``load_induction_table``.
 
 The configurations differ in what the attention layer reads (``training.py``):
 
@@ -32,7 +35,7 @@ CONFIGS = {
     "qk_tokens": dict(num_heads=1, keys_see_tokens=True, values_see_positions=False),
     "v_positions": dict(num_heads=1, values_see_positions=True),
 }
-# chapter 10's sizes and schedule
+# chapter 13's sizes and schedule
 SETTINGS = dict(vocab=8, n=12, segment=4, d_model=16, steps=400, lr=0.01, batch=64, eval_every=10, eval_batch=512)
 SOLVED = 0.99  # "solved": both answers right at this fraction of the positions where the relations differ
 TEST_SEED, TEST_BATCH = 5, 2000  # the new sequences on which the single head is examined position by position
@@ -43,7 +46,7 @@ COLUMNS = ("config", "seed", "steps", "loss", "previous", "first", "both", "both
 
 
 def run(config, seed, **overrides):
-    """Train one model of ``CONFIGS`` at one seed, as chapter 10 does.
+    """Train one model of ``CONFIGS`` at one seed, as chapter 13 does.
 
     Parameters
     ----------
@@ -149,7 +152,7 @@ def to_csv(rows):
 
 
 def load_table(text=None):
-    """The stored table of runs (``results/ch10_seeds.csv``) as a dict of numpy columns.
+    """The stored table of runs (``results/ch13_seeds.csv``) as a dict of numpy columns.
 
     Examples
     --------
@@ -160,7 +163,7 @@ def load_table(text=None):
     if text is None:
         from .notebook import read_result
 
-        text = read_result("ch10_seeds.csv")
+        text = read_result("ch13_seeds.csv")
     rows = list(csv.DictReader(io.StringIO(text)))
     if not rows or set(rows[0]) != set(COLUMNS):
         raise ValueError(f"the table must have the columns {COLUMNS}")
@@ -174,3 +177,56 @@ def load_table(text=None):
         else:
             table[name] = np.array([float(v) if v not in ("", "nan") else np.nan for v in values])
     return table
+
+
+def seed_column(table, config, name, steps=None):
+    """Column ``name`` of one configuration's runs, one value per seed, in the order of the seeds.
+
+    ``steps`` picks the runs of that length (default: SETTINGS' steps). ValueError when no row matches.
+
+    Examples
+    --------
+    >>> table = load_table(to_csv([run("one", s, steps=1, eval_batch=8)[2] for s in (1, 0)]))
+    >>> seed_column(table, "one", "seed", steps=1).tolist()
+    [0, 1]
+    """
+    steps = SETTINGS["steps"] if steps is None else steps
+    rows = np.flatnonzero((table["config"] == config) & (table["steps"] == steps))
+    if rows.size == 0 or name not in table:
+        raise ValueError(f"no column {name!r} for config {config!r} at {steps} steps in the table")
+    rows = rows[np.argsort(table["seed"][rows], kind="stable")]  # in the order of the seeds
+    return table[name][rows]
+
+
+def seed_range(table, config, name, steps=None):
+    """The smallest and the largest value of column ``name`` over the seeds of one configuration: (lo, hi).
+
+    Examples
+    --------
+    >>> table = load_table(to_csv([run("one", s, steps=1, eval_batch=8)[2] for s in (0, 1)]))
+    >>> lo, hi = seed_range(table, "one", "both", steps=1)
+    >>> bool(lo <= hi)
+    True
+    """
+    values = seed_column(table, config, name, steps)
+    return float(values.min()), float(values.max())
+
+
+def load_induction_table(text=None):
+    """Chapter 14's stored runs (``results/ch14_induction.csv``) as a dict of numpy columns, one row per seed.
+
+    Examples
+    --------
+    >>> table = load_induction_table("seed,induction\\n0,0.9\\n1,0.8\\n")
+    >>> table["seed"].tolist(), table["induction"].tolist()
+    ([0, 1], [0.9, 0.8])
+    """
+    if text is None:
+        from .notebook import read_result
+
+        text = read_result("ch14_induction.csv")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if not rows:
+        raise ValueError("the induction table has no rows")
+    return {name: np.array([float(row[name]) for row in rows], dtype=int if name in ("seed", "drop_step") else float)
+            for name in rows[0]}

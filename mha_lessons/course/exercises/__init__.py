@@ -32,6 +32,8 @@ from .ch11 import (check_w_o_rows, check_allreduce_bytes, check_worker_output, c
                    check_split_head_work)
 from .ch12 import check_ring_pairs, check_zigzag_positions, check_min_block, check_sequence_volumes
 from .ch13 import check_relation_positions, check_relation_score, check_both_right, check_head_weights
+from .ch14 import (check_previous_token_score, check_induction_score, check_first_copy_floor,
+                   check_mean_ablated_keys)
 from .ch15 import check_previous_share, check_mean_pool, check_head_query_weights
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "check_w_o_rows", "check_allreduce_bytes",
     "check_worker_output", "check_split_head_counts", "check_split_head_work", "check_ring_pairs",
     "check_zigzag_positions", "check_min_block", "check_sequence_volumes", "check_relation_positions",
-    "check_relation_score", "check_both_right", "check_head_weights",
+    "check_relation_score", "check_both_right", "check_head_weights", "check_previous_token_score",
+    "check_induction_score", "check_first_copy_floor", "check_mean_ablated_keys",
     "check_previous_share", "check_mean_pool", "check_head_query_weights",
 ]

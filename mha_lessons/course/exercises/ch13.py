@@ -1,4 +1,4 @@
-"""Checkers for chapter 10 (what do heads learn?)."""
+"""Checkers for chapter 13 (one head, two jobs)."""
 
 import numpy as np
 
@@ -142,7 +142,7 @@ def check_head_weights(head_weights):
     ...     queries = np.flatnonzero(M.task.distinct_queries(weights.shape[-1], segment))
     ...     return weights[:, queries, previous[queries]], weights[:, queries, first[queries]]
     >>> M.exercises.check_head_weights(head_weights)
-    Right: w_prev and w_first of both heads, at the 8 positions of n = 12 where the relations differ.
+    Right: both heads' weights match, at the 8 positions where the relations differ.
     """
     h, n, segment = 2, 12, 4  # the chapter's task, make_task's defaults
     scores = np.random.default_rng(10).normal(scale=2.0, size=(h, n, n))  # (h, n, n)
@@ -173,4 +173,4 @@ def check_head_weights(head_weights):
                                                    "the distinct_queries, where the relations differ."),
     ]
     return compare(answer, expected, mistakes, what="your (w_prev, w_first)",
-                   right=f"w_prev and w_first of both heads, at the {len(queries)} positions of n = {n} where the relations differ.")
+                   right=f"both heads' weights match, at the {len(queries)} positions where the relations differ.")

@@ -1,11 +1,11 @@
-"""Chapter 10's training runs over many seeds: writes mha_lessons/results/ch10_seeds.csv and ch10_seeds.md.
+"""Chapter 13's training runs over many seeds: writes mha_lessons/results/ch13_seeds.csv and ch13_seeds.md.
 
 Every configuration of mha_lessons.seeds.CONFIGS is trained at seeds 0 .. S-1 (S = 10 unless --seeds says
 otherwise), exactly as the chapter trains it; the chapter states only what holds in every row and re-runs
 seed 0 to check that it matches its row. Training amplifies the last-digit rounding of each CPU and BLAS,
 so another machine gives slightly different numbers; the .md file names the machine that made these.
 
-    PYTHONPATH=. python scripts/ch10_seeds.py [--seeds 10]
+    PYTHONPATH=. python scripts/ch13_seeds.py [--seeds 10]
 """
 
 import argparse
@@ -42,9 +42,9 @@ def main():
         for seed in range(args.seeds):
             rows.append(seeds.run(config, seed, steps=seeds.LONG_STEPS, eval_every=50)[2])
             report(rows[-1])
-    (RESULTS / "ch10_seeds.csv").write_text(seeds.to_csv(rows))
+    (RESULTS / "ch13_seeds.csv").write_text(seeds.to_csv(rows))
     lines = [
-        "# Chapter 10's training runs over seeds", "",
+        "# Chapter 13's training runs over seeds", "",
         f"Machine: {describe()}.",
         f"{len(rows)} runs ({len(seeds.CONFIGS)} configurations x {args.seeds} seeds, and two of them trained "
         f"{seeds.LONG_STEPS} steps) in "
@@ -54,7 +54,7 @@ def main():
     ]
     lines += [f"| {r['config']} | {r['seed']} | {r['steps']} | {r['both_distinct']:.3f} | {r['previous']:.3f} | "
               f"{r['first']:.3f} | {r['solved_step']} |" for r in rows]
-    (RESULTS / "ch10_seeds.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "ch13_seeds.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
