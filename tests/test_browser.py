@@ -512,7 +512,8 @@ def test_check_yourself_with_the_keyboard_alone_and_on_a_phone(site, browser, en
     else:
         ActionChains(browser).send_keys(typed_answers(q)[0]).send_keys(Keys.ENTER).perform()
     shown = browser.execute_script(FEEDBACK_JS, box)
-    check_feedback(entry, shown, "right", q["options"][right]["html"] if q["kind"] == "choice" else q["right"])
+    expected = q["options"][right]["html"] if q["kind"] == "choice" else q["right"]
+    check_feedback(entry, shown, "right", expected)
     ActionChains(browser).send_keys(Keys.TAB).perform()
     ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
                                   "return [document.activeElement.tagName, s.outlineStyle, parseFloat(s.outlineWidth)];")
