@@ -339,7 +339,7 @@ def quiz_pages():
 def test_the_pilot_chapters_have_a_check_yourself_block():
     require_site()
     pages = quiz_pages()
-    for chapter in ("01_scaled_dot_product_attention", "03_multi_head_attention"):
+    for chapter in ("01_scaled_dot_product_attention", "02_why_sqrt_dk", "03_multi_head_attention", "05_gradients"):
         assert any(page.endswith(chapter) for page in pages), f"{chapter} shows no Check yourself block"
 
 
