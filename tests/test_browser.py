@@ -537,6 +537,126 @@ def test_check_yourself_with_the_keyboard_alone_and_on_a_phone(site, browser, en
     assert fits["right"] <= PHONE_WIDTH and fits["scroll"] <= fits["client"] + 1 and not fits["out"], f"{entry}: {fits}"
 
 
+# ---------------------------------------------------------------- one fold style (issue 35)
+
+# What folds on a page, by kind: myst-nb's code toggles (hide-input, hide-cell), sphinx-design's dropdowns (the
+# deep dives) and the folded listings of M.notebook.show_source. book/_static/course.css gives them one look.
+FOLDS = {"code toggle": "div.cell details.hide", "dropdown": "details.sd-dropdown",
+         "folded listing": "div.cell_output div.text_html > details"}
+
+FOLD_STYLE_JS = """
+const pick = (e, names, pseudo) => { const s = getComputedStyle(e, pseudo || null);
+  return Object.fromEntries(names.map(n => [n, s.getPropertyValue(n)])); };
+const out = {};
+for (const [kind, selector] of Object.entries(arguments[0])) {
+  const fold = Array.from(document.querySelectorAll(selector)).find(e => e.getBoundingClientRect().height > 0);
+  if (!fold) { continue; }
+  const summary = fold.querySelector(':scope > summary');
+  const svg = summary.querySelector('.sd-summary-state-marker svg');   // the dropdown's own chevron
+  const chevron = svg ? Object.assign(pick(svg, ['opacity']), {size: Math.round(svg.getBoundingClientRect().width)
+                                                                + 'x' + Math.round(svg.getBoundingClientRect().height)})
+                      : Object.assign(pick(summary, ['opacity'], '::before'),
+                                      {size: Math.round(parseFloat(getComputedStyle(summary, '::before').width)) + 'x'
+                                             + Math.round(parseFloat(getComputedStyle(summary, '::before').height))});
+  const turning = svg ? svg.parentElement : null;
+  out[kind] = {
+    card: pick(fold, ['box-shadow', 'border-top-width', 'border-top-left-radius']),
+    header: pick(summary, ['background-color', 'border-left-width', 'border-left-style', 'border-left-color',
+                           'border-top-width', 'color', 'font-size', 'font-weight', 'line-height', 'padding-top',
+                           'padding-bottom', 'padding-left', 'border-top-left-radius', 'cursor']),
+    chevron: chevron,
+    turned: turning ? getComputedStyle(turning).transform : getComputedStyle(summary, '::before').transform,
+    marker: getComputedStyle(summary).display === 'list-item' && getComputedStyle(summary).listStyleType !== 'none'};
+}
+return out;
+"""
+
+
+def quarter_turn(transform):
+    """True if a computed CSS transform is a rotation by 90 degrees: matrix(cos, sin, -sin, cos, 0, 0)."""
+    numbers = [float(x) for x in re.findall(r"[-+\d.e]+", transform.removeprefix("matrix"))]
+    return len(numbers) == 6 and abs(numbers[0]) < 1e-6 and abs(numbers[1] - 1) < 1e-6 and abs(numbers[2] + 1) < 1e-6
+
+
+def fold_pages():
+    """The pages that show at least two kinds of fold (so that the kinds can be compared on one page)."""
+    if not (HTML / "index.html").exists():
+        return [e for e in ENTRIES if is_notebook(e)]
+    kinds = {"code toggle": 'class="admonition hide', "dropdown": "sd-dropdown", "folded listing": "<details>"}
+    return [e for e in ENTRIES if (HTML / f"{e}.html").exists()
+            and sum(mark in (HTML / f"{e}.html").read_text() for mark in kinds.values()) >= 2]
+
+
+def test_some_page_shows_all_three_kinds_of_fold():
+    require_site()
+    pages = [e for e in fold_pages() if "<details>" in (HTML / f"{e}.html").read_text()]
+    assert any(e.endswith("05_gradients") for e in pages), pages
+
+
+@pytest.mark.parametrize("entry", fold_pages())
+def test_every_fold_looks_and_opens_alike_with_the_keyboard(site, browser, axe_source, entry):
+    """Code toggles, dropdowns and folded listings share one style at 1280 and 400 px, light and dark: the card's
+    shadow and corners, the header's shading, bar, font and padding, a chevron of one size that turns a quarter when
+    open, no list marker. Each opens with Enter and closes with Space, shows the focus ring, and axe finds nothing
+    in it once open (a code block that scrolls inside it included), in either theme."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    for width in (1280, PHONE_WIDTH):
+        phone(browser, width == PHONE_WIDTH)
+        try:
+            browser.get(urljoin(site, f"{entry}.html"))
+            wait_for_math(browser)
+            for theme in ("light", "dark"):
+                browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
+                styles = browser.execute_script(FOLD_STYLE_JS, FOLDS)
+                assert len(styles) >= 2, f"{entry}: folds found: {list(styles)}"
+                first, reference = next(iter(styles.items()))
+                for kind, style in styles.items():
+                    assert not style["marker"], f"{entry}: the {kind} shows a list marker"
+                    for part in ("card", "header", "chevron"):
+                        assert style[part] == reference[part], (
+                            f"{entry}, {width} px, {theme}: the {kind}'s {part} differs from the {first}'s: "
+                            f"{ {k: (v, reference[part][k]) for k, v in style[part].items() if v != reference[part][k]} }")
+        finally:
+            phone(browser, False)
+
+    browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
+    browser.execute_script(axe_source)
+    for kind, selector in FOLDS.items():
+        folds = [f for f in browser.find_elements("css selector", selector) if f.size["height"] > 0]
+        if not folds:
+            continue
+        fold = folds[0]
+        summary = fold.find_element("css selector", ":scope > summary")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});"
+                               "arguments[0].focus();", summary)
+        assert browser.execute_script("return document.activeElement === arguments[0];", summary), kind
+        ActionChains(browser).send_keys(Keys.ENTER).perform()
+        assert fold.get_attribute("open") is not None, f"{entry}: Enter did not open the {kind}"
+        ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
+                                      "return [s.outlineStyle, parseFloat(s.outlineWidth)];")
+        assert ring[0] != "none" and ring[1] >= 2, f"{entry}: the {kind} shows no focus ring: {ring}"
+        browser.execute_async_script("const done = arguments[arguments.length - 1];"   # the chevron's quarter turn
+                                     "Promise.all(document.getAnimations().map(a => a.finished)).then(() => done());")
+        turned = browser.execute_script(FOLD_STYLE_JS, {kind: selector})[kind]["turned"]
+        assert quarter_turn(turned), f"{entry}: the {kind}'s chevron does not turn a quarter when open: {turned}"
+        for theme in ("light", "dark"):   # open: its header and what it holds (closed, the page's axe test sees it)
+            browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
+            violations = browser.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "axe.run(arguments[0], {resultTypes: ['violations']}).then(r => done(r.violations"
+                ".map(v => v.impact + ' ' + v.id + ': ' + v.nodes.slice(0, 2).map(n => n.html.slice(0, 120))"
+                ".join(' | '))), e => done(['axe failed: ' + e]));", fold)
+            assert violations == [], f"{entry}, the {kind}, open, {theme} theme: " + "\n".join(violations)
+        browser.execute_script("document.documentElement.dataset.theme = 'light'; arguments[0].open = true;"
+                               "arguments[1].focus();", fold, summary)
+        ActionChains(browser).send_keys(Keys.SPACE).perform()
+        assert fold.get_attribute("open") is None, f"{entry}: Space did not close the {kind}"
+        fold.screenshot(str(SHOTS / f"fold_{entry.replace('/', '_')}_{kind.replace(' ', '_')}.png"))
+
+
 # ---------------------------------------------------------------- the page as it prints, at both widths
 
 def wait_for_math(browser):

@@ -61,7 +61,10 @@ THEME_MODE_JS = 'if (!document.documentElement.dataset.mode) { document.document
 # - sphinxcontrib-bibtex's list of references has role="list" without list items, so readers announce an empty
 #   list, and gives each entry the role doc-biblioentry, which ARIA 1.2 no longer allows: both roles are dropped;
 # - a display equation that scrolls inside its box (book/_static/course.css) must be reachable with the keyboard
-#   (axe: scrollable-region-focusable): only those get a tab stop, MathJax keeps formulas out of the tab order.
+#   (axe: scrollable-region-focusable): only those get a tab stop, MathJax keeps formulas out of the tab order;
+# - so must a code block that scrolls sideways inside a fold (a code toggle, a dropdown, a folded listing): the
+#   theme gives a scrolling block a tab stop on load and on resize, when a folded one has no width and does not
+#   scroll, so the blocks inside a fold get theirs when it opens.
 # Toggles and icons are created by scripts on load, so the fixes run on load and whenever the page changes.
 A11Y_JS = """
 (function () {
@@ -95,6 +98,13 @@ A11Y_JS = """
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) { MathJax.startup.promise.then(fix); }
   });
   window.addEventListener("resize", fix);
+  // "toggle" does not bubble: listen while it goes down to the details element that opened
+  document.addEventListener("toggle", function (event) {
+    if (!event.target.open) { return; }
+    event.target.querySelectorAll("pre, .cell_output > .output").forEach(function (e) {
+      e.tabIndex = e.scrollWidth > e.clientWidth || e.scrollHeight > e.clientHeight ? 0 : -1;
+    });
+  }, true);
 })();
 """
 
