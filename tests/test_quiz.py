@@ -542,8 +542,153 @@ def check_chapter_10(block):
                                       "an approximation, closer with fewer chunks."})
 
 
-CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "03_multi_head_attention.ipynb": check_chapter_3,
-          "04_cost.ipynb": check_chapter_4, "06_masks.ipynb": check_chapter_6,
+def torch_rows(rows, m, d_k, seed):
+    """Rows of one head as chapter 2 draws them, by PyTorch's generator: a query, m keys and m values of standard
+    normal entries, and a gradient at the output of variance 1/d_k."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    draw = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)   # noqa: E731
+    return draw(rows, d_k), draw(rows, m, d_k), draw(rows, m, d_k), draw(rows, d_k) / math.sqrt(d_k)
+
+
+def query_gradients(rows, divisor):
+    """||dq|| of every row by autograd, for the scores q·k divided by ``divisor``; and the rows' weights."""
+    import torch
+
+    q, k, v, d_o = (t.clone() for t in rows)
+    q.requires_grad_(True)
+    a = torch.softmax((k @ q[:, :, None])[..., 0] / divisor, dim=-1)          # (r, m)
+    ((a[:, None, :] @ v)[:, 0] * d_o).sum().backward()                        # L = sum(o * dO)
+    return q.grad.norm(dim=-1), a.detach()
+
+
+def check_chapter_2(block):
+    import torch
+
+    d_k = 256                                                   # Var[q·k] = d_k under (A1)-(A3), in closed form
+    check_number(block, "What is the variance of $q \\cdot k$", d_k, [1, math.sqrt(d_k), d_k ** 2])
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 20000, d_k, generator=g, dtype=torch.float64)
+    assert abs((q * k).sum(-1).var().item() / d_k - 1) < 0.05   # and by simulation
+
+    m = 32
+    top = {}
+    for width in (16, 1024):                                    # scores not divided: the largest weight of a row
+        _, a = query_gradients(torch_rows(400, m, width, seed=1), 1.0)
+        top[width] = a.max(-1).values.mean().item()
+    assert top[1024] > 0.9 and top[16] < top[1024] - 0.1
+    rises = "It rises towards 1: the row collapses onto one key."
+    check_option(block, "what happens to the largest weight", rises,
+                 {"It falls towards $1/m$: the row becomes uniform.",
+                  "It stays about the same: the softmax sees only differences."})
+
+    rows = torch_rows(400, m, 1024, seed=2)
+    divided, _ = query_gradients(rows, math.sqrt(1024))
+    undivided, _ = query_gradients(rows, 1.0)
+    rms = lambda x: x.square().mean().sqrt().item()   # noqa: E731
+    assert undivided.median() < 0.1 * divided.median() and rms(undivided) > 10 * rms(divided)
+    check_option(block, "what reaches the queries when the scores are *not*",
+                 "Most queries get almost nothing, a few get a lot, and the total grows.",
+                 {"Every query gets almost nothing: the gradient vanishes.",
+                  "Every query gets more, about $\\sqrt{d_k}$ times as much.", "About as much as with the division."})
+
+    # a fresh torch layer: queries and keys of variance 1/2, so the scaled scores have variance 1/4 (case (a))
+    check_number(block, "What variance do its scores", 0.5 * 0.5, [1.0, 0.5, 64 * 0.5 * 0.5])
+    torch.manual_seed(0)
+    d_model, h = 512, 8
+    layer = torch.nn.MultiheadAttention(d_model, h, batch_first=True, dtype=torch.float64)
+    x = torch.randn(4096, d_model, dtype=torch.float64)
+    w_q, w_k = layer.in_proj_weight.detach()[:2 * d_model].split(d_model)
+    q, k = (x[:2048] @ w_q.T).view(-1, h, d_model // h), (x[2048:] @ w_k.T).view(-1, h, d_model // h)
+    assert abs(((q * k).sum(-1) / math.sqrt(d_model // h)).var().item() / 0.25 - 1) < 0.05
+
+    rows = torch_rows(400, m, 1024, seed=3)                    # divided by d_k: near-uniform rows that pass it on
+    by_d_k, a = query_gradients(rows, 1024.0)
+    entropy = -(a * a.log()).sum(-1).mean().item()
+    assert entropy > 0.99 * math.log(m) and abs(rms(by_d_k) / math.sqrt((m - 1) / (m ** 2 * 1024)) - 1) < 0.1
+    check_option(block, "Divide the scores by $d_k$ instead",
+                 "Nearly uniform rows, which pass on a small, even gradient.",
+                 {"Rows collapsed onto one key, as without any division.",
+                  "Nearly uniform rows, which stop the gradient.", "The same rows as with $\\sqrt{d_k}$."})
+
+
+def check_chapter_5(block):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    B, n, d_model, h = 2, 5, 32, 4
+    layer = torch.nn.MultiheadAttention(d_model, h, batch_first=True, dtype=torch.float64)
+    x = torch.randn(B, n, d_model, dtype=torch.float64, requires_grad=True)
+    y, _ = layer(x, x, x, need_weights=False)
+    y.backward(torch.randn_like(y))
+    d_w_q = layer.in_proj_weight.grad[:d_model].T                # torch keeps W_Q as its transpose
+    check_option(block, "What shape is $dW_Q$", shape_label(d_w_q.shape),
+                 {shape_label((B,) + tuple(d_w_q.shape)), shape_label(x.grad.shape), shape_label((d_model, d_model // h))})
+    db_k, db_q = layer.in_proj_bias.grad[d_model:2 * d_model], layer.in_proj_bias.grad[:d_model]
+    assert db_k.abs().max() < 1e-12 * db_q.abs().max()
+    check_option(block, "what gradient does the key bias", "Zero, whatever the loss.",
+                 {"As much as the query bias $b_Q$: queries and keys play alike.",
+                  "Zero only for the keys a mask hides."})
+
+    s = torch.tensor([5.0, 3.0, 2.0], dtype=torch.float64).log().requires_grad_(True)
+    a = torch.softmax(s, -1)
+    a[0].backward()                                             # da = (1, 0, 0)
+    jacobian = torch.autograd.functional.jacobian(lambda t: torch.softmax(t, -1), s.detach())
+    da = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+    check_number(block, "What gradient reaches the score of key 1", s.grad[1].item(),
+                 [(jacobian.diagonal() * da)[1].item(), -s.grad[1].item(), (da - (da * a).sum())[1].item()])
+
+    # mistake 2 built into autograd: the forward divides by √d_k, the backward of the scores does not
+    def self_attention(x, w, d_k, forget):
+        q, k, v = x @ w[0], x @ w[1], x @ w[2]
+        s = q @ k.T
+        scaled = s - (s * (1 - 1 / math.sqrt(d_k))).detach() if forget else s / math.sqrt(d_k)
+        return torch.softmax(scaled, -1) @ v @ w[3]
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4, 8, 8, generator=g, dtype=torch.float64) / math.sqrt(8)
+    x = torch.randn(4, 8, generator=g, dtype=torch.float64)
+    d_y = torch.randn(4, 8, generator=g, dtype=torch.float64)
+    grads = []
+    for forget in (False, True):
+        leaf = x.clone().requires_grad_(True)
+        out = self_attention(leaf, w, 8, forget)
+        assert torch.allclose(out, self_attention(x, w, 8, False))
+        out.backward(d_y)
+        grads.append(leaf.grad)
+    right, wrong = grads
+    cosine = (right * wrong).sum() / (right.norm() * wrong.norm())
+    assert cosine < 0.99 and not math.isclose(wrong.norm() / right.norm(), math.sqrt(8), rel_tol=0.01)
+    check_option(block, "In self-attention, what happens to $dX$",
+                 "It turns: a change of direction no learning rate undoes.",
+                 {"It grows $\\sqrt{d_k}$ times, like a larger learning rate.", "It shrinks $\\sqrt{d_k}$ times.",
+                  "Nothing: only $dW_Q$ and $dW_K$ are wrong."})
+
+    n, d, h = 1024, 512, 8                                      # PyTorch's FLOP counter, on meta tensors
+
+    def attention_layer(x, w):
+        q, k, v = ((x @ w[i]).view(1, n, h, d // h).transpose(1, 2) for i in range(3))   # (1, n, d) -> (1, h, n, d_k)
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // h), dim=-1)
+        return (a @ v).transpose(1, 2).reshape(1, n, d) @ w[3]                              # (1, h, n, d_k) -> (1, n, d)
+
+    with torch.device("meta"):
+        x = torch.randn(1, n, d, requires_grad=True)
+        w = torch.randn(4, d, d, requires_grad=True)
+        with FlopCounterMode(display=False) as counter:
+            y = attention_layer(x, w)
+        forward = counter.get_total_flops()
+        with FlopCounterMode(display=False) as counter:
+            y.backward(torch.ones_like(y))
+        backward = counter.get_total_flops()
+    page, printed = question(block, "How many FLOPs do the matrix products of its backward")
+    assert f"{forward:,} FLOPs" in printed["text"]
+    check_number(block, "How many FLOPs do the matrix products of its backward", backward, [forward, forward + backward])
+
+
+CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "02_why_sqrt_dk.ipynb": check_chapter_2,
+          "03_multi_head_attention.ipynb": check_chapter_3, "04_cost.ipynb": check_chapter_4,
+          "05_gradients.ipynb": check_chapter_5, "06_masks.ipynb": check_chapter_6,
           "07_efficient_attention.ipynb": check_chapter_7, "09_kv_cache.ipynb": check_chapter_9,
           "10_serving_the_cache.ipynb": check_chapter_10}
 
@@ -611,6 +756,34 @@ def test_every_question_of_a_chapter_fails_its_check_when_its_key_tolerance_or_r
             with pytest.raises(AssertionError):
                 CHECKS[name](block)
 
+
+
+def tampered(name, words, change):
+    block = copy.deepcopy(chapter_block(name))
+    change(*question(block, words))
+    return block
+
+
+def mark_another(page, printed):
+    options = page["options"]
+    right = next(i for i, option in enumerate(options) if option["right"])
+    options[right]["right"], options[right - 1]["right"] = False, True
+
+
+@pytest.mark.parametrize("name, words, change", [
+    ("02_why_sqrt_dk.ipynb", "What is the variance of", lambda page, _: page.update(key=16)),   # the std for the var
+    ("02_why_sqrt_dk.ipynb", "What is the variance of", lambda page, _: page.update(abs=300)),  # accepts d_k = 1
+    ("05_gradients.ipynb", "matrix products of its backward", lambda page, _: page.update(key=3 * 2 ** 32)),
+    ("05_gradients.ipynb", "matrix products of its backward", lambda page, _: page.update(rel=0.6)),
+    ("05_gradients.ipynb", "What gradient reaches the score", lambda page, _: page.update(key=0.15)),   # the sign
+    ("05_gradients.ipynb", "What shape is $dW_Q$", mark_another),
+    ("05_gradients.ipynb", "the key bias", mark_another),
+], ids=["ch2-key", "ch2-tolerance", "ch5-key", "ch5-tolerance", "ch5-sign", "ch5-shape", "ch5-choice"])
+def test_the_checks_of_chapters_2_and_5_fail_on_a_tampered_block(name, words, change):
+    """As above, for the blocks of chapters 2 and 5 (each change is caught before the slow simulations run, or
+    by the cheap chapter 5)."""
+    with pytest.raises(AssertionError):
+        CHECKS[name](tampered(name, words, change))
 
 def strings(value):
     """Every string inside a JSON value."""
