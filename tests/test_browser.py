@@ -845,6 +845,7 @@ KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
     "book/05_gradients": {"code": (5, 19), "listing": (5, 5), "table": (0, 0)},
     "book/06_masks": {"code": (0, 17), "listing": (2, 2), "table": (0, 0)},
     "book/07_efficient_attention": {"code": (0, 14), "listing": (5, 5), "table": (0, 0)},
+    "book/08_attention_on_a_gpu": {"code": (0, 10), "listing": (2, 2), "table": (0, 0)},
     "book/09_kv_cache": {"code": (0, 12), "listing": (1, 1), "table": (0, 0)},
     "book/10_serving_the_cache": {"code": (0, 10), "listing": (1, 2), "table": (0, 0)},
     "book/11_heads_across_processes": {"code": (10, 15), "listing": (4, 4), "table": (0, 1)},

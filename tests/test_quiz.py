@@ -437,6 +437,57 @@ def check_chapter_7(block):
                   "Nothing: the backward sums over the keys again."})
 
 
+def check_chapter_8(block):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    programs = {(i0, bh) for i0 in range(0, 1000, 128) for bh in range(2 * 8)}   # (query tile, batch·head)
+    tiles, blocks = len(range(0, 1000, 128)), len(range(0, 1000, 64))
+    check_number(block, "How many programs does its grid launch", len(programs),
+                 [tiles, (1000 // 128) * 16, blocks * 16, tiles * blocks * 16])
+
+    n, d_k = 2048, 128                                           # one head, as PyTorch counts its products
+    with torch.device("meta"):
+        q, k, v = (torch.zeros(n, d_k, dtype=torch.bfloat16) for _ in range(3))
+        with FlopCounterMode(display=False) as counter:
+            s = q @ k.T
+            o = s.softmax(-1) @ v
+    flops, moved = counter.get_total_flops(), sum(t.nbytes for t in (q, k, v, o))
+    assert flops == 4 * n * n * d_k and moved == 4 * n * d_k * 2
+    check_number(block, "The fused forward pass of one head with `causal=True`", flops / 2 / moved,
+                 [flops / moved, flops / 2 / (2 * moved),                # not halved; 4-byte numbers
+                  flops / 2 / (moved + 4 * s.numel() * 4)])              # float32 scores and weights through HBM
+
+    ceilings = {r["quantity"]: r["value"] for r in stored_csv("gpu_ceilings.csv")}
+    balance = float(ceilings["bf16_matmul"]) * 1e12 / (float(ceilings["copy"]) * 1e9)
+    n, d_k = 4096, 64
+    kernel = 4 * n * n * d_k / (4 * n * d_k * 2)                            # n / 2
+    unfused = 4 * n * n * d_k / (4 * n * d_k * 2 + 4 * n * n * 4)           # float32 scores written and read twice
+    assert unfused < balance < kernel
+    labels = {(True, False): "The kernel: arithmetic. The math path: memory.",
+              (True, True): "Both: arithmetic.", (False, False): "Both: memory.",
+              (False, True): "The kernel: memory. The math path: arithmetic."}
+    right = labels[kernel > balance, unfused > balance]
+    check_option(block, "which roof limits", right, set(labels.values()) - {right})
+    assert f"balance point {balance:.0f} FLOPs" in question(block, "which roof limits")[1]["text"]
+
+    (row,) = [r for r in stored_csv("gpu_attention.csv")
+              if (r["backend"], r["n"], r["d_k"], r["causal"]) == ("triton", "8192", "64", "False")]
+    heads, n, mib = int(row["B"]) * int(row["h"]), 8192, 2 ** 20
+    out_mib, lse_mib = heads * n * 64 * 2 / mib, heads * n * 4 / mib   # bfloat16 output, float32 log-sum-exp
+    peak = float(row["fwd_peak_mib"])
+    assert abs(peak - (out_mib + lse_mib)) < 0.1                       # the measurement is exactly those two
+    check_number(block, "allocate beyond its inputs", peak, [out_mib, heads * n * n * 4 / mib])
+
+    ms = {r["timing"]: float(r["median_ms"]) for r in stored_csv("gpu_target.csv")
+          if (r["n"], r["d_k"], r["causal"], r["path"], r["tiles"]) == ("512", "64", "False", "kernel+autograd",
+                                                                        "128x64x8x3")}
+    one, b2b = ms["one call"], ms["back to back"]
+    text = question(block, "lone call's time")[1]["text"]
+    assert f"took {one} milliseconds, timed alone, and {b2b} per call" in text
+    check_number(block, "lone call's time", (one - b2b) / one, [(one - b2b) / b2b, b2b / one])
+
+
 def check_chapter_9(block):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -689,7 +740,8 @@ def check_chapter_5(block):
 CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "02_why_sqrt_dk.ipynb": check_chapter_2,
           "03_multi_head_attention.ipynb": check_chapter_3, "04_cost.ipynb": check_chapter_4,
           "05_gradients.ipynb": check_chapter_5, "06_masks.ipynb": check_chapter_6,
-          "07_efficient_attention.ipynb": check_chapter_7, "09_kv_cache.ipynb": check_chapter_9,
+          "07_efficient_attention.ipynb": check_chapter_7, "08_attention_on_a_gpu.ipynb": check_chapter_8,
+          "09_kv_cache.ipynb": check_chapter_9,
           "10_serving_the_cache.ipynb": check_chapter_10}
 
 
