@@ -570,7 +570,7 @@ def check_chapter_11(block):
 
     t_lat, r_link, p, nbytes = 10e-6, 50e9, 8, 8192 * 2          # the alpha-beta model, in µs
     wire = 2 * (p - 1) / p * nbytes / r_link
-    check_number(block, "how many µs does it take in the α–β model", (2 * (p - 1) * t_lat + wire) * 1e6,
+    check_number(block, "how many microseconds does it take in the α–β model", (2 * (p - 1) * t_lat + wire) * 1e6,
                  [wire * 1e6, (t_lat + wire) * 1e6, (t_lat + (p - 1) * nbytes / r_link) * 1e6])
 
     B, n, d, h, p = 4, 2048, 4096, 32, 8           # one worker's products, counted by torch on meta tensors
