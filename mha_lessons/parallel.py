@@ -146,7 +146,7 @@ def simulate_gqa_head_parallel(q, k, v, num_workers, mask=None):
     """Grouped-query attention with its query heads split over p workers, simulated by a loop over ranks.
 
     Worker r takes its block of h / p query heads and only the key/value heads
-    they read (``worker_kv_heads``), and runs ``inference.grouped_query_attention``
+    they read (``worker_kv_heads``), and runs ``gqa.grouped_query_attention``
     on them. Its outputs are its heads' outputs; put side by side they are the
     whole layer's (W_O then works as in ``partial_output``).
 

@@ -129,7 +129,7 @@ def shard_params(params, num_workers, rank):
 
 
 def worker_kv_heads(num_heads, num_kv_heads, num_workers, rank):
-    """The key/value heads that worker ``rank`` needs when h_kv of them serve h query heads (chapter 8).
+    """The key/value heads that worker ``rank`` needs when h_kv of them serve h query heads (chapter 10).
 
     Query head i reads key/value head i // g, g = h / h_kv. With h_kv >= p every
     worker holds its own key/value heads; with h_kv < p several workers read

@@ -593,6 +593,106 @@ def check_chapter_10(block):
                                       "an approximation, closer with fewer chunks."})
 
 
+def check_chapter_11(block):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = torch.Generator().manual_seed(0)          # a split of W_O's rows, in torch: d_model = 512, h = 8, p = 4
+    heads_out = torch.randn(3, 512, dtype=torch.float64, generator=g)     # the heads' outputs side by side
+    w_q, w_o = (torch.randn(512, 512, dtype=torch.float64, generator=g) for _ in range(2))
+    rows = w_o.chunk(4, dim=0)                     # worker r: the rows that read its 2 heads
+    assert torch.allclose(sum(heads_out[:, 128 * r:128 * (r + 1)] @ rows[r] for r in range(4)), heads_out @ w_o)
+    check_option(block, "What shape is the part of $W_O$ that worker 1", shape_label(rows[1].shape),
+                 {shape_label(w_q.chunk(4, dim=1)[1].shape), shape_label(w_o.shape), shape_label(w_o[:64].shape)})
+
+    b_o = torch.randn(512, dtype=torch.float64, generator=g)          # every worker adds b_O to its term
+    y = heads_out @ w_o + b_o
+    every = sum(heads_out[:, 128 * r:128 * (r + 1)] @ rows[r] + b_o for r in range(4))
+    extra = round(((every - y) / b_o).mean().item())
+    assert torch.allclose(every, y + extra * b_o)
+    copies = lambda c: f"The layer's output plus {c} $b_O$." if c else "The layer's output."   # noqa: E731
+    check_option(block, "every worker adds the output bias", copies(extra), {copies(0), copies(extra + 1)})
+
+    B, n, d, p, size = 8, 1024, 4096, 4, 2         # the ring: 2 (p - 1) steps of one chunk of N / p numbers
+    N = B * n * d
+    sent = 2 * (p - 1) * (N // p) * size
+    check_number(block, "with the ring. How many bytes does each worker send", sent,
+                 [N * size, (p - 1) * (N // p) * size, (p - 1) * N * size])
+
+    t_lat, r_link, p, nbytes = 10e-6, 50e9, 8, 8192 * 2          # the alpha-beta model, in µs
+    wire = 2 * (p - 1) / p * nbytes / r_link
+    check_number(block, "how many microseconds does it take in the α–β model", (2 * (p - 1) * t_lat + wire) * 1e6,
+                 [wire * 1e6, (t_lat + wire) * 1e6, (t_lat + (p - 1) * nbytes / r_link) * 1e6])
+
+    B, n, d, h, p = 4, 2048, 4096, 32, 8           # one worker's products, counted by torch on meta tensors
+    meta = dict(device="meta", dtype=torch.bfloat16)
+    x, w = torch.empty(B, n, d, **meta), torch.empty(d, d // p, **meta)
+    q = torch.empty(B, h // p, n, d // h, **meta)
+    with FlopCounterMode(display=False) as counter:
+        for _ in range(3):
+            x @ w                                  # (B, n, d) @ (d, d / p): W_Q, W_K, W_V's columns
+        scores = q @ q.transpose(-1, -2)           # (B, h / p, n, n)
+        heads = scores @ q                         # (B, h / p, n, d_k)
+        heads.transpose(1, 2).reshape(B, n, d // p) @ w.T    # W_O's rows: (d / p, d)
+    flops = counter.get_total_flops()
+    sent = 2 * (p - 1) * (B * n * d // p) * 2
+    check_number(block, "FLOPs of matrix products does each worker do per byte", flops / sent,
+                 [p * flops / sent, flops / (B * n * d * 2), 2 * flops / sent])
+
+
+def check_chapter_12(block):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    h, n, d, p = 16, 32768, 64, 8                  # what each worker sends, counted on meta tensors
+    meta = dict(device="meta")
+    kv_blocks = torch.empty(h, n, 2 * d, **meta).chunk(p, dim=1)     # keys and values, (h, n / p, d_k + d_v)
+    ring = sum(kv_blocks[(0 - step) % p].numel() for step in range(p - 1))   # worker 0 passes p - 1 blocks on
+    local = torch.empty(h, n // p, d, **meta)      # a worker's q, k, v, then its output: (h, n / p, d_k)
+    pieces = local.chunk(p, dim=0)                 # h / p heads to each worker
+    ulysses = 4 * sum(piece.numel() for j, piece in enumerate(pieces) if j != 0)
+    check_number(block, "Ring attention over $p = 8$ workers", ring,
+                 [p * kv_blocks[0].numel(), ring // 2, ulysses])
+    check_number(block, "Ulysses on the same problem", ulysses, [3 * ulysses // 4, 4 * local.numel(), ring])
+
+    flop_rate, r_link, p = 300e12, 100e9, 8        # FLOPs per (query, key) pair by torch's counter; 2-byte numbers
+    h, n_r, d = 2, 16, 64
+    q, v = torch.zeros(h, n_r, d), torch.zeros(h, n_r, d)
+    with FlopCounterMode(display=False) as counter:
+        torch.softmax(q @ q.transpose(-1, -2), -1) @ v
+    per_pair = counter.get_total_flops() / n_r ** 2
+    per_position = h * 2 * d * 2                   # the bytes of one position's key and value
+    block_len = lambda link, fill=1.0: per_position * flop_rate / (fill * per_pair * link)   # noqa: E731
+    check_number(block, "From how many positions in the whole sequence", p * block_len(r_link),
+                 [block_len(r_link), p * block_len(2 * r_link), p * block_len(r_link, 0.5)])
+
+    n, p = 2048, 4                                 # brute force: query i scores keys 0 .. i
+    def pairs(owner):
+        counts = [0] * p
+        for i in range(n):
+            counts[owner(i)] += i + 1
+        return counts
+    contiguous = pairs(lambda i: i // (n // p))
+    zigzag = pairs(lambda i: min(i // (n // (2 * p)), 2 * p - 1 - i // (n // (2 * p))))
+    check_number(block, "the busiest worker scores how many times", max(contiguous) / (sum(contiguous) / p),
+                 [max(zigzag) / (sum(zigzag) / p), max(contiguous) / min(contiguous), 2.0])
+
+    F = torch.nn.functional                        # h = 8 heads, p = 16 workers
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(8, 64, 4, dtype=torch.float64, generator=g) for _ in range(3))
+    blocks = torch.arange(64).chunk(16)            # the ring: 16 blocks of positions, merged by their lse
+    parts = [(F.scaled_dot_product_attention(q, k[:, b], v[:, b]), torch.logsumexp(q @ k[:, b].mT / 2, -1))
+             for b in blocks]
+    weights = torch.softmax(torch.stack([lse for _, lse in parts]), 0)
+    ring_works = torch.allclose(sum(w[..., None] * out for w, (out, _) in zip(weights, parts)),
+                                F.scaled_dot_product_attention(q, k, v))
+    ulysses_works = 8 % 16 == 0                    # Ulysses: h / p whole heads per worker
+    assert (ring_works, ulysses_works) == (True, False)
+    check_option(block, "which method can split it over $p = 16$ workers",
+                 "Ring attention only: it splits positions, Ulysses whole heads.",
+                 {"Ulysses only.", "Both.", "Neither."})
+
+
 def torch_rows(rows, m, d_k, seed):
     """Rows of one head as chapter 2 draws them, by PyTorch's generator: a query, m keys and m values of standard
     normal entries, and a gradient at the output of variance 1/d_k."""
@@ -741,8 +841,9 @@ CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "02_why_sqrt
           "03_multi_head_attention.ipynb": check_chapter_3, "04_cost.ipynb": check_chapter_4,
           "05_gradients.ipynb": check_chapter_5, "06_masks.ipynb": check_chapter_6,
           "07_efficient_attention.ipynb": check_chapter_7, "08_attention_on_a_gpu.ipynb": check_chapter_8,
-          "09_kv_cache.ipynb": check_chapter_9,
-          "10_serving_the_cache.ipynb": check_chapter_10}
+          "09_kv_cache.ipynb": check_chapter_9, "10_serving_the_cache.ipynb": check_chapter_10,
+          "11_heads_across_processes.ipynb": check_chapter_11,
+          "12_sequences_across_processes.ipynb": check_chapter_12}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
