@@ -139,6 +139,12 @@ def block():
                                   mistakes=[Mistake(0.867, "Raw *scores*.", see="3. Step 2: divide by $\\sqrt{d_k}$")]))
 
 
+def test_the_shown_answer_ends_its_label_with_one_full_stop():
+    shown = {label: choice(label=label).answer_html() for label in ("The softmax.", "The softmax")}
+    for label, html in shown.items():
+        assert "The softmax. One per head." in html and ".." not in html, (label, html)
+
+
 def test_the_html_holds_every_question_option_and_control_and_loads_nothing():
     b = block()
     page = b.to_html()

@@ -63,7 +63,9 @@ class Question:
         return f"<strong>Not quite.</strong> {text_html(mistake.feedback)} {_see_html(mistake.see)}"
 
     def answer_html(self):
-        return (f"<strong>The answer:</strong> {text_html(self.key_label())}. {text_html(self.why)} "
+        label = self.key_label()
+        stop = "" if label.rstrip().endswith((".", "?", "!")) else "."   # an option's label may end a sentence
+        return (f"<strong>The answer:</strong> {text_html(label)}{stop} {text_html(self.why)} "
                 f"{_see_html(self.see)}")
 
 
