@@ -19,8 +19,9 @@ The model, with a residual stream (each layer adds its output to its input):
 The backward pass uses chapter 5's ``mha_backward`` for both layers (with the
 three paths of self-attention added up), and a few lines for the rest, each
 beside its forward. ``forward`` can also take layer 1's output out of layer 2's
-keys, replaced by zero or by its mean (an *ablation*), to test that the
-induction head reads what the previous-token head wrote. Axis names: B
+keys, replaced by zero, by its mean, or by what layer 1 wrote for another
+sequence (an *ablation*), to test that the induction head reads what the
+previous-token head wrote. Axis names: B
 sequences, n positions, L the length of the repeated segment, V vocabulary, h
 heads per layer, d_model width.
 """
@@ -35,8 +36,8 @@ from .attention import causal_mask
 from .grads import _project_backward, mha_backward
 from .learning import EmbeddedModel, cross_entropy, train_with_adam
 from .induction_task import (  # noqa: F401  (reachable here: the chapter's data and scores)
-    copy_positions, first_copy_floor, induction_score, next_token_targets, previous_token_score,
-    repeated_sequences)
+    copy_positions, first_copy_floor, induction_score, next_token_targets, prefix_match_score,
+    previous_token_score, repeated_sequences)
 from .multihead import MHAParams, _project, init_params, multihead_attention
 
 
@@ -77,13 +78,15 @@ def forward(model, tokens, *, ablate_layer1_in_keys=False):
     ----------
     model : TwoLayerModel
     tokens : ndarray of int, (B, n)
-    ablate_layer1_in_keys : False, True, "zero", "mean", or ndarray (n, d_model)
+    ablate_layer1_in_keys : False, True, "zero", "mean", "resample", or ndarray (n, d_model)
         What layer 2's keys read in place of layer 1's output ``y1`` (queries and
         values always read ``x1 = x0 + y1``). False: ``y1`` itself, no ablation.
         True or "zero": nothing, the keys read ``x0`` (*zero-ablation*). "mean":
         ``y1``'s mean over the B sequences at each position (*mean-ablation*, for
-        a batch large enough to average over). An array: that array, for instance
-        ``layer1_mean`` of another batch.
+        a batch large enough to average over). "resample": the ``y1`` of the
+        previous sequence in the batch (sequence b reads sequence b - 1's, the
+        first the last's; *resample-ablation*, B >= 2). An array: that array, for
+        instance ``layer1_mean`` of another batch.
 
     Returns
     -------
@@ -104,24 +107,31 @@ def forward(model, tokens, *, ablate_layer1_in_keys=False):
     x1 = x0 + y1  # the residual stream after layer 1
     if ablation is None:
         keys = x1
-    elif isinstance(ablation, str):  # "zero" or "mean"
-        keys = x0 if ablation == "zero" else x0 + y1.mean(axis=0)  # (B, n, d_model) + (n, d_model)
-    else:
+    elif isinstance(ablation, np.ndarray):
         keys = x0 + ablation  # (B, n, d_model) + (n, d_model)
+    elif ablation == "zero":
+        keys = x0
+    elif ablation == "mean":
+        keys = x0 + y1.mean(axis=0)  # (B, n, d_model) + (n, d_model)
+    elif ablation == "resample":
+        if len(tokens) < 2:
+            raise ValueError(f"a resample-ablation needs B >= 2 sequences to swap, got B = {len(tokens)}")
+        keys = x0 + np.roll(y1, 1, axis=0)  # sequence b's keys get sequence b - 1's y1, (B, n, d_model)
     y2, weights2 = multihead_attention(x1, keys, x1, model.attn2, mask)
     x2 = x1 + y2
     return _project(x2, model.w_u, model.b_u), weights1, weights2  # (B, n, V)
 
 
 def _check_ablation(ablation, model):
-    """None (no ablation), "zero", "mean" or an (n, d_model) float array; ValueError/TypeError otherwise."""
+    """None (no ablation), "zero", "mean", "resample" or an (n, d_model) array; ValueError/TypeError otherwise."""
     if ablation is False:
         return None
     if ablation is True:
         return "zero"
     if isinstance(ablation, str):
-        if ablation not in ("zero", "mean"):
-            raise ValueError(f'ablate_layer1_in_keys must be False, True, "zero", "mean" or an array, got {ablation!r}')
+        if ablation not in ("zero", "mean", "resample"):
+            raise ValueError(f'ablate_layer1_in_keys must be False, True, "zero", "mean", "resample" or an array, '
+                             f'got {ablation!r}')
         return ablation
     if not isinstance(ablation, np.ndarray):
         raise TypeError(f"ablate_layer1_in_keys must be a bool, a str or an ndarray, got {type(ablation).__name__}")
@@ -248,8 +258,11 @@ def train_two_layer(model, steps, *, batch=32, lr=1e-2, seed=0, eval_every=50, e
 INDUCTION_SETTINGS = dict(vocab=24, n=20, d_model=32, num_heads=1, steps=1500, batch=32, lr=1e-2, eval_every=50,
                           eval_batch=256)
 DROPPED = 1.0  # the second copy's loss counts as dropped below this (it starts near log V)
-INDUCTION_COLUMNS = ("seed", "loss_first", "loss_second", "drop_step", "previous", "induction",
-                     "zero_induction", "zero_loss_second", "mean_induction", "mean_loss_second")
+STARTED = 0.5  # ... and as dropping once it is this far below log V
+ABLATIONS = ("zero", "mean", "resample")
+INDUCTION_COLUMNS = ("seed", "loss_first", "loss_second", "drop_start", "drop_step", "previous", "induction",
+                     "zero_induction", "zero_loss_second", "mean_induction", "mean_loss_second",
+                     "resample_induction", "resample_loss_second", "resample_follows", "clean_follows")
 
 
 def induction_run(seed, **overrides):
@@ -258,10 +271,13 @@ def induction_run(seed, **overrides):
     Returns
     -------
     model, history, summary : summary holds INDUCTION_COLUMNS: the last evaluation's losses and scores (head 0 of
-    each layer), ``drop_step`` (the first evaluated step at which the second copy's loss is below DROPPED, -1 if
-    never), and, on the same held-out batch, the induction score and the second copy's loss when layer 1's
-    output is taken out of layer 2's keys: replaced by zero (``zero_...``) or by its mean over the batch at each
-    position (``mean_...``; see ``forward``).
+    each layer); ``drop_start`` and ``drop_step``, the first evaluated steps at which the second copy's loss is
+    below log V - STARTED and below DROPPED (-1 if never); on the same held-out batch, the induction score and
+    the second copy's loss when layer 1's output is taken out of layer 2's keys, replaced by zero (``zero_...``),
+    by its mean over the batch at each position (``mean_...``) or by another sequence's (``resample_...``; see
+    ``forward``); and ``resample_follows``, the resample-ablated head's ``prefix_match_score`` with the keys read
+    as the other sequences' (where their previous tokens point), ``clean_follows`` the unablated head's on the
+    same keys.
 
     Examples
     --------
@@ -277,12 +293,18 @@ def induction_run(seed, **overrides):
     history = train_two_layer(model, settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=seed,
                               eval_every=settings["eval_every"], eval_batch=settings["eval_batch"])
     held_out, half = evaluation_batch(seed, settings["eval_batch"], model.n, model.vocab)
-    dropped = [s for s, loss in zip(history["step"], history["loss_second"]) if loss < DROPPED]
+    def first_below(level):
+        return next((s for s, loss in zip(history["step"], history["loss_second"]) if loss < level), -1)
+
     summary = {"seed": seed, "loss_first": history["loss_first"][-1], "loss_second": history["loss_second"][-1],
-               "drop_step": dropped[0] if dropped else -1, "previous": history["previous"][-1][0],
-               "induction": history["induction"][-1][0]}
-    for kind in ("zero", "mean"):
+               "drop_start": first_below(math.log(model.vocab) - STARTED), "drop_step": first_below(DROPPED),
+               "previous": history["previous"][-1][0], "induction": history["induction"][-1][0]}
+    donors = np.roll(held_out, 1, axis=0)  # the sequences a resample-ablation takes layer 1's output from
+    for kind in ABLATIONS:
         logits, _, weights2 = forward(model, held_out, ablate_layer1_in_keys=kind)
         summary[f"{kind}_induction"] = float(induction_score(weights2, half)[0])
         summary[f"{kind}_loss_second"] = half_losses(logits, held_out, half)[1]
+    summary["resample_follows"] = float(prefix_match_score(weights2, half, held_out, donors)[0])
+    clean = forward(model, held_out)[2]
+    summary["clean_follows"] = float(prefix_match_score(clean, half, held_out, donors)[0])
     return model, history, summary

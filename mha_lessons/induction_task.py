@@ -115,6 +115,44 @@ def induction_score(weights, half):
     return weights[b, :, i, i - np.asarray(half)[b] + 1].mean(axis=0)  # (pairs, h) -> (h,)
 
 
+def prefix_match_score(weights, half, tokens, keys_from=None):
+    """Mean weight of each head, at the queries of the second copy, on the keys whose previous token is the current one.
+
+    At query i of sequence b the current token is ``tokens[b, i]``; key j matches when the token before it,
+    read in ``keys_from[b]`` (by default ``tokens[b]``), is that token. By default the one matching key is
+    i - L + 1 and the score is ``induction_score``. When layer 2's keys are given layer 1's output for
+    other sequences (a resample-ablation), pass those sequences as ``keys_from``: the score is then the
+    weight on the keys that *their* previous tokens would make an induction head pick. Queries with no
+    matching key are left out. ``weights`` (B, h, n, n), ``half`` (B,), ``tokens`` and ``keys_from``
+    (B, n) -> (h,).
+
+    Examples
+    --------
+    >>> tokens = np.array([[5, 6, 7, 5, 6, 7]])              # L = 3
+    >>> w = np.zeros((1, 1, 6, 6))
+    >>> w[0, 0, [3, 4], [1, 2]] = 1.0                         # queries 3, 4 on keys 1, 2: the induction keys
+    >>> prefix_match_score(w, [3], tokens)
+    array([1.])
+    >>> other = np.array([[5, 9, 9, 6, 0, 0]])                # read so, keys 1 and 4 match
+    >>> prefix_match_score(w, [3], tokens, keys_from=other)   # query 3 looks at key 1, query 4 not at key 4
+    array([0.5])
+    """
+    tokens = np.asarray(tokens)
+    keys_from = tokens if keys_from is None else np.asarray(keys_from)
+    if weights.ndim != 4 or tokens.shape != weights.shape[:1] + weights.shape[-1:] or keys_from.shape != tokens.shape:
+        raise ValueError(f"weights must be (B, h, n, n) and tokens, keys_from (B, n); got {weights.shape}, "
+                         f"{tokens.shape} and {keys_from.shape}")
+    n = weights.shape[-1]
+    before = np.concatenate([np.full((len(tokens), 1), -1), keys_from[:, :-1]], axis=1)  # (B, n): token before key j
+    match = (before[:, None, :] == tokens[:, :, None]) & np.tril(np.ones((n, n), dtype=bool))  # (B, n, n): (b, i, j)
+    second, _ = copy_positions(half, n)  # (B, n)
+    kept = second & match.any(axis=-1)  # (B, n): second-copy queries with a matching key
+    if not kept.any():
+        raise ValueError("no query of the second copy has a matching key")
+    on_match = np.sum(weights * match[:, None], axis=-1)  # (B, h, n)
+    return on_match.transpose(0, 2, 1)[kept].mean(axis=0)  # (B, n, h)[kept] -> (pairs, h) -> (h,)
+
+
 def first_copy_floor(half, vocab):
     """The lowest next-token loss that any model can have on the first copy: the mean of log(V - i - 1).
 

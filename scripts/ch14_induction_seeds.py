@@ -40,15 +40,18 @@ def main():
     (RESULTS / "ch14_induction.csv").write_text(out.getvalue())
     lines = ["# Chapter 14's induction-head model over seeds", "", f"Machine: {describe()}.",
              f"{len(rows)} runs in {time.perf_counter() - start:.0f} s. Settings: {induction.INDUCTION_SETTINGS}.", "",
-             "Ablations take layer 1's output out of layer 2's keys, replaced by zero or by its mean over the "
-             "held-out batch at each position.", "",
-             "| seed | loss, first copy | loss, second copy | drop step | previous-token score | induction score | "
-             "induction score, zero-ablated | loss, second copy, zero-ablated | induction score, mean-ablated | "
-             "loss, second copy, mean-ablated |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['seed']} | {r['loss_first']:.3f} | {r['loss_second']:.3f} | {r['drop_step']} | "
-              f"{r['previous']:.3f} | {r['induction']:.3f} | {r['zero_induction']:.3f} | {r['zero_loss_second']:.3f} | "
-              f"{r['mean_induction']:.3f} | {r['mean_loss_second']:.3f} |" for r in rows]
+             "Ablations take layer 1's output out of layer 2's keys, replaced by zero, by its mean over the "
+             "held-out batch at each position, or by its value for another sequence of the batch (resample). "
+             "'follows': weight on the keys whose previous token, in that other sequence, is the current token "
+             "(resample-ablated head; unablated head on the same keys).", "",
+             "| seed | loss, first copy | loss, second copy | drop start | drop step | previous-token score | "
+             "induction score | zero: induction, loss | mean: induction, loss | resample: induction, loss | "
+             "follows, resampled | follows, unablated |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['seed']} | {r['loss_first']:.3f} | {r['loss_second']:.3f} | {r['drop_start']} | {r['drop_step']} | "
+              f"{r['previous']:.3f} | {r['induction']:.3f} | "
+              + " | ".join(f"{r[k + '_induction']:.3f}, {r[k + '_loss_second']:.3f}" for k in induction.ABLATIONS)
+              + f" | {r['resample_follows']:.3f} | {r['clean_follows']:.3f} |" for r in rows]
     (RESULTS / "ch14_induction.md").write_text("\n".join(lines) + "\n")
 
 

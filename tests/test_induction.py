@@ -21,7 +21,7 @@ from mha_lessons import induction
 from mha_lessons.grads import gradcheck, grads_from_torch
 from mha_lessons.induction import (
     TwoLayerModel, copy_positions, first_copy_floor, forward, induction_score, init_two_layer, loss_and_grads,
-    previous_token_score, repeated_sequences)
+    prefix_match_score, previous_token_score, repeated_sequences)
 
 from common import FD_ATOL_REL, FD_RTOL, close, same_but_for_rounding
 
@@ -108,6 +108,28 @@ def test_scores_against_loops(rng):
     np.testing.assert_allclose(induction_score(weights, half), ind, rtol=1e-12)
 
 
+def test_the_prefix_match_score_against_a_loop_and_the_induction_score(rng):
+    n, vocab = 12, 6
+    tokens, half = repeated_sequences(6, n, vocab, seed=3)
+    weights = M.softmax(np.where(M.causal_mask(n), rng.normal(size=(6, 2, n, n)), -np.inf))
+    # on its own sequences, the one key whose previous token is the current one is the induction key
+    np.testing.assert_allclose(prefix_match_score(weights, half, tokens), induction_score(weights, half), rtol=1e-12)
+    # read as other sequences, a loop over the (sequence, query) pairs that have a matching key
+    others = rng.integers(vocab, size=tokens.shape)
+    rows = []
+    for b in range(6):
+        for i in range(half[b], 2 * half[b] - 1):
+            keys = [j for j in range(1, i + 1) if others[b, j - 1] == tokens[b, i]]
+            if keys:
+                rows.append([sum(weights[b, h, i, j] for j in keys) for h in range(2)])
+    assert len(rows) > 3
+    np.testing.assert_allclose(prefix_match_score(weights, half, tokens, others), np.mean(rows, axis=0), rtol=1e-12)
+    with pytest.raises(ValueError, match="no query"):
+        prefix_match_score(weights, half, tokens, np.full_like(tokens, vocab))
+    with pytest.raises(ValueError, match=r"\(B, n\)"):
+        prefix_match_score(weights, half, tokens[:, :-1])
+
+
 def test_the_ablation_changes_only_layer_2s_keys(rng):
     model = random_model(rng, vocab=6, n=8, d_model=8, num_heads=1)
     tokens, _ = repeated_sequences(2, 8, 6, seed=0)
@@ -130,14 +152,19 @@ def torch_ablated(model, tokens, kind):
         x0 = torch.from_numpy(model.embed)[torch.from_numpy(tokens)] + torch.from_numpy(model.pos)
         y1 = layer1(x0, x0, x0, attn_mask=blocked, need_weights=False)[0]
         x1 = x0 + y1
-        keys = x0 if kind == "zero" else x0 + y1.mean(dim=0, keepdim=True)  # (1, n, d_model): one per position
+        if kind == "zero":
+            keys = x0
+        elif kind == "mean":
+            keys = x0 + y1.mean(dim=0, keepdim=True)  # (1, n, d_model): one per position
+        else:  # resample: sequence b's keys get the output layer 1 wrote for sequence b - 1
+            keys = x0 + torch.cat([y1[-1:], y1[:-1]])
         y2, w2 = layer2(x1, keys, x1, attn_mask=blocked, average_attn_weights=False)
         logits = (x1 + y2) @ torch.from_numpy(model.w_u) + torch.from_numpy(model.b_u)
     return logits.numpy(), w2.numpy()
 
 
-@pytest.mark.parametrize("kind", ["zero", "mean"])
-def test_zero_and_mean_ablations_match_the_model_written_in_torch(rng, kind):
+@pytest.mark.parametrize("kind", ["zero", "mean", "resample"])
+def test_zero_mean_and_resample_ablations_match_the_model_written_in_torch(rng, kind):
     model = random_model(rng, vocab=6, n=8, d_model=8, num_heads=2)
     tokens, _ = repeated_sequences(5, 8, 6, seed=1)
     logits, _, w2 = forward(model, tokens, ablate_layer1_in_keys=kind)
@@ -173,6 +200,8 @@ def test_bad_ablations_are_named():
         forward(model, tokens, ablate_layer1_in_keys=np.zeros((8, 4)))
     with pytest.raises(TypeError, match="got list"):
         forward(model, tokens, ablate_layer1_in_keys=[0.0])
+    with pytest.raises(ValueError, match="B >= 2 sequences to swap, got B = 1"):
+        forward(model, tokens[:1], ablate_layer1_in_keys="resample")
 
 
 def test_the_first_copys_floor_is_the_loss_of_guessing_among_the_unseen_tokens():
@@ -207,16 +236,22 @@ def test_a_run_summarises_its_ablations_on_the_held_out_batch():
     model, history, summary = induction.induction_run(1, steps=20, eval_every=10, eval_batch=16)
     held_out, half = induction.evaluation_batch(1, 16, 20, 24)
     assert summary["induction"] == history["induction"][-1][0]
-    for kind in ("zero", "mean"):
+    for kind in ("zero", "mean", "resample"):
         logits, _, w2 = forward(model, held_out, ablate_layer1_in_keys=kind)
         assert summary[f"{kind}_induction"] == pytest.approx(induction_score(w2, half)[0], rel=1e-12)
         assert summary[f"{kind}_loss_second"] == pytest.approx(induction.half_losses(logits, held_out, half)[1])
+    donors = held_out[np.r_[15, 0:15]]  # sequence b took layer 1's output of sequence b - 1
+    assert summary["resample_follows"] == pytest.approx(prefix_match_score(w2, half, held_out, donors)[0])
+    clean = forward(model, held_out)[2]
+    assert summary["clean_follows"] == pytest.approx(prefix_match_score(clean, half, held_out, donors)[0])
+    assert summary["drop_start"] == -1 or summary["drop_start"] <= summary["drop_step"] or summary["drop_step"] == -1
 
 
 def test_a_fresh_run_reproduces_the_stored_row_for_seed_0():
     _, _, summary = induction.induction_run(0)
     row = next(r for r in stored_rows() if r["seed"] == "0")
-    for name in ("loss_second", "previous", "induction", "zero_induction", "mean_induction"):
+    for name in ("loss_second", "previous", "induction", "zero_induction", "mean_induction", "resample_induction",
+                 "resample_follows", "clean_follows"):
         assert abs(float(row[name]) - summary[name]) < 0.1, name  # other rounding moves a run this much
 
 

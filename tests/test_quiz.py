@@ -843,13 +843,117 @@ def check_chapter_5(block):
     check_number(block, "How many FLOPs do the matrix products of its backward", backward, [forward, forward + backward])
 
 
+def most_right_pairs(vocab):
+    """Section 3's bound of chapter 13 by brute force: the largest set of (token at j_prev, token at j_first) pairs
+    that one head can get right, when no pair of tokens A != B may have all four of (A, A), (A, B), (B, A), (B, B)
+    right; and the largest such set that holds every equal pair."""
+    pairs = [(a, b) for a in range(vocab) for b in range(vocab)]
+    bit = {p: 1 << i for i, p in enumerate(pairs)}
+    quads = [bit[a, a] | bit[a, b] | bit[b, a] | bit[b, b] for a in range(vocab) for b in range(a + 1, vocab)]
+    equal = sum(bit[a, a] for a in range(vocab))
+    best = best_equal = 0
+    for right in range(1 << len(pairs)):
+        if all(right & q != q for q in quads):
+            count = bin(right).count("1")
+            best = max(best, count)
+            if right & equal == equal:
+                best_equal = max(best_equal, count)
+    return best, best_equal
+
+
+def check_chapter_13(block):
+    import torch
+
+    n, segment = 20, 5                                           # where the two relations point to different keys
+    differ = [i for i in range(n) if i > 0 and i - 1 != segment * (i // segment)]
+    check_number(block, "at how many positions do the relations previous and first", len(differ),
+                 [n - 1, n - n // segment, len([i for i in differ if i % segment])])
+
+    vocab, n, d = 8, 12, 16                                      # the model's parameters, attention counted by torch
+    attention = {h: sum(p.numel() for p in torch.nn.MultiheadAttention(d, h).parameters()) for h in (1, 4)}
+    rest = vocab * d + n * d + d * 2 * vocab + 2 * vocab         # token and position embeddings, the read-out
+    page, printed = question(block, "How many does it have with $h = 4$ heads")
+    assert f"has {rest + attention[1]:,} parameters with one head" in printed["text"]
+    check_number(block, "How many does it have with $h = 4$ heads", rest + attention[4],
+                 [rest + 4 * attention[1], rest + attention[1] // 4])
+
+    for small in (3, 4):                                         # the closed form checked by brute force
+        best, best_equal = most_right_pairs(small)
+        assert best == small ** 2 - (small - 1) and best_equal == small + small * (small - 1) // 2
+    vocab = 10
+    check_number(block, "On at most what fraction of them", 1 - (vocab - 1) / vocab ** 2,
+                 [(vocab + vocab * (vocab - 1) / 2) / vocab ** 2, (vocab - 1) / vocab ** 2, 1 / vocab ** 2])
+
+    rows = [r for r in stored_csv("ch13_seeds.csv") if r["steps"] == "400"]
+    labels = {"one": "Positions only, as in section 2.", "qk_tokens": "One whose weights see the tokens.",
+              "v_positions": "One whose values see the positions.",
+              "loophole": "One whose weights see the tokens and whose values see the positions."}
+    lowest = {c: min(float(r["both_distinct"]) for r in rows if r["config"] == c) for c in labels}
+    escaped = [c for c, value in lowest.items() if value > 0.5]
+    assert len(escaped) == 1
+    check_option(block, "Which one gets both answers right", labels[escaped[0]],
+                 {labels[c] for c in labels if c != escaped[0]})
+
+    one = [r for r in rows if r["config"] == "one"]
+    first = [float(r["first"]) > float(r["previous"]) for r in one]
+    assert len(one) == 10
+    options = {"first": "Always 'first'.", "previous": "Always 'previous'.",
+               "seed": "One of the two, which one depending on the seed.",
+               "both": "Both about equally, half right on each."}
+    served = "first" if all(first) else "previous" if not any(first) else "seed"
+    assert min(max(float(r["first"]), float(r["previous"])) for r in one) > 0.9   # not "both about equally"
+    check_option(block, "which relation does the single head", options[served],
+                 {options[o] for o in options if o != served})
+
+
+def check_chapter_14(block):
+    import torch
+
+    rep, query = 7, 10                                           # [A][B] ... [A]: the key after the earlier [A]
+    tokens = list(range(rep)) * 2 + [rep, rep + 1]
+    earlier = tokens.index(tokens[query])
+    assert earlier == query - rep
+    check_number(block, "which key does an induction head weight most", earlier + 1, [earlier, query - 1])
+
+    vocab, rep = 24, 4                                           # at position i: V - i - 1 tokens not seen yet
+    mean_log = lambda values: sum(math.log(v) for v in values) / len(values)   # noqa: E731
+    check_number(block, "what is the least next-token loss", mean_log([vocab - i - 1 for i in range(rep - 1)]),
+                 [math.log(vocab), mean_log([vocab - i for i in range(rep - 1)]),
+                  mean_log([vocab - i - 1 for i in range(rep)])])
+
+    y1 = torch.zeros(256, 20, 32)                                # (B, n, d_model); one mean per position
+    check_option(block, "What shape is the mean that a mean-ablation", shape_label(y1.mean(0).shape),
+                 {shape_label(y1.mean(1).shape), shape_label(y1.mean((0, 1)).shape), shape_label(y1.shape)})
+
+    rows = stored_csv("ch14_induction.csv")
+    assert len(rows) == 10
+    col = lambda name: [float(r[name]) for r in rows]            # noqa: E731
+    cut = tuple(kind for kind in ("zero", "mean", "resample")
+                if all(a < 0.5 * b for a, b in zip(col(f"{kind}_induction"), col("induction"))))
+    names = {("zero", "mean", "resample"): "All three: zero, mean and resample.", ("zero",): "Zero-ablation only.",
+             ("zero", "mean"): "Zero and mean, not resample.", (): "None of them at every seed."}
+    check_option(block, "Which ablations of layer 1's output", names[cut], {names[k] for k in names if k != cut})
+
+    looks = {"follows": "At the keys whose previous token, in the other sequence, is the current token.",
+             "unchanged": "Where it looked before: at the token after the earlier copy.",
+             "lost": "No more at those keys than the unablated head: it only loses its way."}
+    if min(col("resample_follows")) > max(col("clean_follows")):
+        moved = "follows"
+    elif all(a > 0.5 * b for a, b in zip(col("resample_induction"), col("induction"))):
+        moved = "unchanged"
+    else:
+        moved = "lost"
+    check_option(block, "Where does the induction head look", looks[moved], {looks[k] for k in looks if k != moved})
+
+
 CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "02_why_sqrt_dk.ipynb": check_chapter_2,
           "03_multi_head_attention.ipynb": check_chapter_3, "04_cost.ipynb": check_chapter_4,
           "05_gradients.ipynb": check_chapter_5, "06_masks.ipynb": check_chapter_6,
           "07_efficient_attention.ipynb": check_chapter_7, "08_attention_on_a_gpu.ipynb": check_chapter_8,
           "09_kv_cache.ipynb": check_chapter_9, "10_serving_the_cache.ipynb": check_chapter_10,
           "11_heads_across_processes.ipynb": check_chapter_11,
-          "12_sequences_across_processes.ipynb": check_chapter_12}
+          "12_sequences_across_processes.ipynb": check_chapter_12, "13_one_head_two_jobs.ipynb": check_chapter_13,
+          "14_induction_heads.ipynb": check_chapter_14}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))

@@ -228,5 +228,5 @@ def load_induction_table(text=None):
     rows = list(csv.DictReader(io.StringIO(text)))
     if not rows:
         raise ValueError("the induction table has no rows")
-    return {name: np.array([float(row[name]) for row in rows], dtype=int if name in ("seed", "drop_step") else float)
+    return {name: np.array([float(row[name]) for row in rows], dtype=int if name in ("seed", "drop_start", "drop_step") else float)
             for name in rows[0]}
