@@ -45,22 +45,23 @@ REMOVED = ["remove-input", "remove-output"]
 MARKER_TAGS = {"NBVAL_IGNORE_OUTPUT": "nbval-ignore-output", "NBVAL_SKIP": "nbval-skip"}
 HIDING_TAGS = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 
-# Short captions that say what to see, for figure cells whose alt text does not start with one.
+# Short captions that say what to see, for figure cells whose alt text does not start with one. A caption is
+# Markdown: symbols in $...$, as in the text.
 CAPTIONS = {
     "alpha-beta-fit": "Time of one all-reduce between two processes against its size, with the fitted latency-bandwidth model.",
     "induction-train": "Training the two-layer model: the loss on the repeated half falls as the two heads form.",
     "all-heads-grid": "All 72 heads of the model on one sentence, one heat map per layer and head.",
     "coreference-figure": "How much each head moves the weight of 'it' from 'street' to 'animal' between the two sentences.",
     "sinusoidal-positions-figure": "Sinusoidal position vectors: each pair of features turns more slowly than the last.",
-    "85b04ffc": "The attention weights of four heads of width d_k = 16 over the same six tokens.",
+    "85b04ffc": "The attention weights of four heads of width $d_k = 16$ over the same six tokens.",
     "09174c2c": "Measured time per forward pass against n, this package's layer and PyTorch's.",
     "565ec09f": "The size of the gradient through the softmax against the spread of the scores.",
     "0e4d7b21": "Bytes read per decoding step against the cached positions, for a model of LLaMA-65B's shape.",
     "650ccf8c": "Learned attention weights, with the positions each relation points to marked.",
     "b14ffdab": "The band mask of the exercise's solution.",
-    "a1d6e5e4": "Entropy and largest weight of a softmax row against d_k, with and without the scale.",
-    "d87b2d87": "Entropy and largest weight of a softmax row against d_k, scaled scores.",
-    "aad0e0dc": "Scaled scores for d_k = 64 against the unit normal, and one row of softmax weights.",
+    "a1d6e5e4": "Entropy and largest weight of a softmax row against $d_k$, with and without the scale.",
+    "d87b2d87": "Entropy and largest weight of a softmax row against $d_k$, scaled scores.",
+    "aad0e0dc": "Scaled scores for $d_k = 64$ against the unit normal, and one row of softmax weights.",
     "0c55c026": "Attention weights on the lookup task: one head against two.",
     "9669eeb5": "Training with the numpy backward pass and with torch autograd: the same curves.",
     "8e349930": "The causal mask, and causal and padding combined for each sentence.",

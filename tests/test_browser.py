@@ -302,17 +302,25 @@ def axe_source():
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_axe_finds_no_violation_of_any_impact(site, browser, axe_source, entry):
     """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load):
-    no violation at all, minor and moderate included."""
-    browser.get(urljoin(site, f"{entry}.html"))
-    wait_for_math(browser)
-    browser.execute_script(axe_source)
-    violations = browser.execute_async_script(
-        "const done = arguments[arguments.length - 1];"
-        "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations"
-        ".map(v => v.impact + ' ' + v.id + ' (' + v.help + '): ' + v.nodes.slice(0, 3).map(n => n.html.slice(0, 160))"
-        ".join(' | '))), e => done(['axe failed: ' + e]));"
-    )
-    assert violations == [], f"{entry}: " + "\n".join(violations)
+    no violation at all, minor and moderate included, at 1280 px in the light and the dark theme and on a 400 px
+    phone (where tables turn into cards and a panel's figure scrolls in its box)."""
+    for width, theme in ((1280, "light"), (1280, "dark"), (PHONE_WIDTH, "light")):
+        phone(browser, width == PHONE_WIDTH)
+        try:
+            browser.get(urljoin(site, f"{entry}.html"))
+            wait_for_math(browser)
+            browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
+            settle(browser)
+            browser.execute_script(axe_source)
+            violations = browser.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations"
+                ".map(v => v.impact + ' ' + v.id + ' (' + v.help + '): ' + v.nodes.slice(0, 3)"
+                ".map(n => n.html.slice(0, 160)).join(' | '))), e => done(['axe failed: ' + e]));"
+            )
+        finally:
+            phone(browser, False)
+        assert violations == [], f"{entry}, {width} px, {theme} theme: " + "\n".join(violations)
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -342,7 +350,7 @@ def quiz_pages():
 def test_the_pilot_chapters_have_a_check_yourself_block():
     require_site()
     pages = quiz_pages()
-    for chapter in ("01_scaled_dot_product_attention", "03_multi_head_attention"):
+    for chapter in ("01_scaled_dot_product_attention", "02_why_sqrt_dk", "03_multi_head_attention", "05_gradients"):
         assert any(page.endswith(chapter) for page in pages), f"{chapter} shows no Check yourself block"
 
 
@@ -510,12 +518,13 @@ def test_check_yourself_with_the_keyboard_alone_and_on_a_phone(site, browser, en
         if right == 0:
             ActionChains(browser).send_keys(Keys.SPACE).perform()
         ActionChains(browser).send_keys(Keys.TAB).perform()
-        assert browser.execute_script(active + ".className") == "mha-quiz-check"
+        assert browser.execute_script("return document.activeElement.className;") == "mha-quiz-check"
         ActionChains(browser).send_keys(Keys.SPACE).perform()
     else:
         ActionChains(browser).send_keys(typed_answers(q)[0]).send_keys(Keys.ENTER).perform()
     shown = browser.execute_script(FEEDBACK_JS, box)
-    check_feedback(entry, shown, "right", q["right"])
+    # a choice keeps its confirmation with the right option (the pilots opened with numbers; chapter 5 with a shape)
+    check_feedback(entry, shown, "right", q["options"][right]["html"] if q["kind"] == "choice" else q["right"])
     ActionChains(browser).send_keys(Keys.TAB).perform()
     ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
                                   "return [document.activeElement.tagName, s.outlineStyle, parseFloat(s.outlineWidth)];")
@@ -538,6 +547,136 @@ def test_check_yourself_with_the_keyboard_alone_and_on_a_phone(site, browser, en
         phone(browser, False)
     assert widths["page"] <= PHONE_WIDTH, f"{entry}: the page is {widths['page']} px wide at 400 px: {widths['wide']}"
     assert fits["right"] <= PHONE_WIDTH and fits["scroll"] <= fits["client"] + 1 and not fits["out"], f"{entry}: {fits}"
+
+
+# ---------------------------------------------------------------- one fold style (issue 35)
+
+# What folds on a page, by kind: myst-nb's code toggles (hide-input, hide-cell), sphinx-design's dropdowns (the
+# deep dives) and the folded listings of M.notebook.show_source. book/_static/course.css gives them one look.
+FOLDS = {"code toggle": "div.cell details.hide", "dropdown": "details.sd-dropdown",
+         "folded listing": "div.cell_output div.text_html > details"}
+
+FOLD_STYLE_JS = """
+const pick = (e, names, pseudo) => { const s = getComputedStyle(e, pseudo || null);
+  return Object.fromEntries(names.map(n => [n, s.getPropertyValue(n)])); };
+const out = {};
+for (const [kind, selector] of Object.entries(arguments[0])) {
+  const fold = Array.from(document.querySelectorAll(selector)).find(e => e.getBoundingClientRect().height > 0);
+  if (!fold) { continue; }
+  const summary = fold.querySelector(':scope > summary');
+  const svg = summary.querySelector('.sd-summary-state-marker svg');   // the dropdown's own chevron
+  const chevron = svg ? Object.assign(pick(svg, ['opacity']), {size: Math.round(svg.getBoundingClientRect().width)
+                                                                + 'x' + Math.round(svg.getBoundingClientRect().height)})
+                      : Object.assign(pick(summary, ['opacity'], '::before'),
+                                      {size: Math.round(parseFloat(getComputedStyle(summary, '::before').width)) + 'x'
+                                             + Math.round(parseFloat(getComputedStyle(summary, '::before').height))});
+  const turning = svg ? svg.parentElement : null;
+  out[kind] = {
+    card: pick(fold, ['box-shadow', 'border-top-width', 'border-top-left-radius']),
+    header: pick(summary, ['background-color', 'border-left-width', 'border-left-style', 'border-left-color',
+                           'border-top-width', 'color', 'font-size', 'font-weight', 'line-height', 'padding-top',
+                           'padding-bottom', 'padding-left', 'border-top-left-radius', 'cursor']),
+    chevron: chevron,
+    turned: turning ? getComputedStyle(turning).transform : getComputedStyle(summary, '::before').transform,
+    marker: getComputedStyle(summary).display === 'list-item' && getComputedStyle(summary).listStyleType !== 'none'};
+}
+return out;
+"""
+
+
+def settle(browser):
+    """Wait until every CSS transition and animation of the page has run (a theme switch fades colours in for
+    150-300 ms: axe measuring contrast in the middle of it sees colours that the page never rests on), 5 s at most."""
+    browser.execute_async_script("const done = arguments[arguments.length - 1];"
+                                 "Promise.race([Promise.all(document.getAnimations().filter(a => !a.effect"
+                                 " || a.effect.getTiming().iterations !== Infinity).map(a => a.finished)),"
+                                 " new Promise(r => setTimeout(r, 5000))]).then(() => done(), () => done());")
+
+
+def quarter_turn(transform):
+    """True if a computed CSS transform is a rotation by 90 degrees: matrix(cos, sin, -sin, cos, 0, 0)."""
+    numbers = [float(x) for x in re.findall(r"[-+\d.e]+", transform.removeprefix("matrix"))]
+    return len(numbers) == 6 and abs(numbers[0]) < 1e-6 and abs(numbers[1] - 1) < 1e-6 and abs(numbers[2] + 1) < 1e-6
+
+
+def fold_pages():
+    """The pages that show at least two kinds of fold (so that the kinds can be compared on one page)."""
+    if not (HTML / "index.html").exists():
+        return [e for e in ENTRIES if is_notebook(e)]
+    kinds = {"code toggle": 'class="admonition hide', "dropdown": "sd-dropdown", "folded listing": "<details>"}
+    return [e for e in ENTRIES if (HTML / f"{e}.html").exists()
+            and sum(mark in (HTML / f"{e}.html").read_text() for mark in kinds.values()) >= 2]
+
+
+def test_some_page_shows_all_three_kinds_of_fold():
+    require_site()
+    pages = [e for e in fold_pages() if "<details>" in (HTML / f"{e}.html").read_text()]
+    assert any(e.endswith("05_gradients") for e in pages), pages
+
+
+@pytest.mark.parametrize("entry", fold_pages())
+def test_every_fold_looks_and_opens_alike_with_the_keyboard(site, browser, axe_source, entry):
+    """Code toggles, dropdowns and folded listings share one style at 1280 and 400 px, light and dark: the card's
+    shadow and corners, the header's shading, bar, font and padding, a chevron of one size that turns a quarter when
+    open, no list marker. Each opens with Enter and closes with Space, shows the focus ring, and axe finds nothing
+    in it once open (a code block that scrolls inside it included), in either theme."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    for width in (1280, PHONE_WIDTH):
+        phone(browser, width == PHONE_WIDTH)
+        try:
+            browser.get(urljoin(site, f"{entry}.html"))
+            wait_for_math(browser)
+            for theme in ("light", "dark"):
+                browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
+                settle(browser)
+                styles = browser.execute_script(FOLD_STYLE_JS, FOLDS)
+                assert len(styles) >= 2, f"{entry}: folds found: {list(styles)}"
+                first, reference = next(iter(styles.items()))
+                for kind, style in styles.items():
+                    assert not style["marker"], f"{entry}: the {kind} shows a list marker"
+                    for part in ("card", "header", "chevron"):
+                        assert style[part] == reference[part], (
+                            f"{entry}, {width} px, {theme}: the {kind}'s {part} differs from the {first}'s: "
+                            f"{ {k: (v, reference[part][k]) for k, v in style[part].items() if v != reference[part][k]} }")
+        finally:
+            phone(browser, False)
+
+    browser.get(urljoin(site, f"{entry}.html"))
+    wait_for_math(browser)
+    browser.execute_script(axe_source)
+    for kind, selector in FOLDS.items():
+        folds = [f for f in browser.find_elements("css selector", selector) if f.size["height"] > 0]
+        if not folds:
+            continue
+        fold = folds[0]
+        summary = fold.find_element("css selector", ":scope > summary")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});"
+                               "arguments[0].focus();", summary)
+        assert browser.execute_script("return document.activeElement === arguments[0];", summary), kind
+        ActionChains(browser).send_keys(Keys.ENTER).perform()
+        assert fold.get_attribute("open") is not None, f"{entry}: Enter did not open the {kind}"
+        ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
+                                      "return [s.outlineStyle, parseFloat(s.outlineWidth)];")
+        assert ring[0] != "none" and ring[1] >= 2, f"{entry}: the {kind} shows no focus ring: {ring}"
+        settle(browser)   # the chevron's quarter turn
+        turned = browser.execute_script(FOLD_STYLE_JS, {kind: selector})[kind]["turned"]
+        assert quarter_turn(turned), f"{entry}: the {kind}'s chevron does not turn a quarter when open: {turned}"
+        for theme in ("light", "dark"):   # open: its header and what it holds (closed, the page's axe test sees it)
+            browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
+            settle(browser)
+            violations = browser.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "axe.run(arguments[0], {resultTypes: ['violations']}).then(r => done(r.violations"
+                ".map(v => v.impact + ' ' + v.id + ': ' + v.nodes.slice(0, 2).map(n => n.html.slice(0, 120))"
+                ".join(' | '))), e => done(['axe failed: ' + e]));", fold)
+            assert violations == [], f"{entry}, the {kind}, open, {theme} theme: " + "\n".join(violations)
+        browser.execute_script("document.documentElement.dataset.theme = 'light'; arguments[0].open = true;"
+                               "arguments[1].focus();", fold, summary)
+        ActionChains(browser).send_keys(Keys.SPACE).perform()
+        assert fold.get_attribute("open") is None, f"{entry}: Space did not close the {kind}"
+        fold.screenshot(str(SHOTS / f"fold_{entry.replace('/', '_')}_{kind.replace(' ', '_')}.png"))
 
 
 # ---------------------------------------------------------------- the page as it prints, at both widths
@@ -700,17 +839,19 @@ def test_the_phone_check_sees_a_page_that_a_long_word_pushes_sideways(site, brow
 KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
     "book/01_scaled_dot_product_attention": {"code": (11, 23), "listing": (1, 3), "table": (0, 0)},
     "book/02_why_sqrt_dk": {"code": (6, 15), "listing": (3, 3), "table": (0, 0)},
-    "book/03_multi_head_attention": {"code": (12, 16), "listing": (1, 1), "table": (0, 1)},
-    "book/04_cost": {"code": (11, 16), "listing": (0, 1), "table": (0, 1)},
+    # the five steps' table fits on a phone: each row a card there (book/_static/course.css)
+    "book/03_multi_head_attention": {"code": (12, 16), "listing": (1, 1), "table": (0, 0)},
+    "book/04_cost": {"code": (0, 16), "listing": (0, 1), "table": (0, 0)},
     "book/05_gradients": {"code": (5, 19), "listing": (5, 5), "table": (0, 0)},
     "book/06_masks": {"code": (0, 17), "listing": (2, 2), "table": (0, 0)},
-    "book/07_efficient_attention": {"code": (10, 16), "listing": (5, 5), "table": (0, 0)},
+    "book/07_efficient_attention": {"code": (0, 14), "listing": (5, 5), "table": (0, 0)},
     "book/09_kv_cache": {"code": (0, 12), "listing": (1, 1), "table": (0, 0)},
     "book/10_serving_the_cache": {"code": (0, 10), "listing": (1, 2), "table": (0, 0)},
     "book/11_heads_across_processes": {"code": (10, 15), "listing": (4, 4), "table": (0, 1)},
     "book/13_one_head_two_jobs": {"code": (9, 16), "listing": (2, 3), "table": (0, 0)},
     "book/15_real_model_heads": {"code": (8, 12), "listing": (1, 1), "table": (0, 0)},
-    "book/notation": {"code": (0, 0), "listing": (0, 0), "table": (0, 9)},
+    # the nine tables fit on a phone: each row a card there, its columns named (book/_static/course.css)
+    "book/notation": {"code": (0, 0), "listing": (0, 0), "table": (0, 0)},
 }
 
 WIDTHS_JS = """

@@ -128,11 +128,27 @@ def test_labels_name_the_axes_then_give_their_sizes_and_are_all_drawn():
     assert by_arrow["split K", "attention"] == "(h, n, d_k)\n(8, 4, 64)"
     assert by_arrow["attention", "weights"] == "(h, n, n)\n(8, 4, 4)"
     assert drawing.labels == [a.label for a in drawing.arrows]
+    # the figure typesets the names with mathtext (d_model as d with an upright "model"), the sizes stay plain
+    assert by_tex(drawing)["X", "W_Q"] == "$(n, d_\\mathrm{model})$\n(4, 512)"
+    assert by_tex(drawing)["W_V", "split V"] == "$(n, h\\,d_v)$\n(4, 512)"
+    assert by_tex(drawing)["split K", "attention"] == "$(h, n, d_k)$\n(8, 4, 64)"
     drawn = [t.get_text() for t in drawing.ax.texts]
-    for label in drawing.labels:
-        assert label in drawn, label
+    for arrow in drawing.arrows:
+        assert arrow.tex in drawn, arrow.tex
     # the three arrows out of X carry the same array, and each is labelled
-    assert drawn.count("(n, d_model)\n(4, 512)") == 4  # X -> W_Q, W_K, W_V, and W_O -> Y
+    assert drawn.count("$(n, d_\\mathrm{model})$\n(4, 512)") == 4  # X -> W_Q, W_K, W_V, and W_O -> Y
+
+
+def by_tex(drawing):
+    return {(a.start, a.end): a.tex for a in drawing.arrows}
+
+
+def test_a_size_left_out_is_typeset_as_its_letter():
+    arrows = {(a.start, a.end): a.tex for a in M.diagram.layer_arrows(12, 3, m=7, batch=2)}
+    assert arrows["attention", "weights"] == "$(B, h, n, m)$\n(2, 3, $n$, 7)"
+    drawing = M.diagram.draw_layer(12, 3)
+    fig = drawing.ax.figure
+    fig.canvas.draw()   # mathtext parses every label, or raises
 
 
 def test_sizes_left_out_stay_letters():
@@ -166,7 +182,7 @@ def test_no_two_texts_overlap_and_all_lie_inside_the_figure(kwargs):
         assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height, f"{text!r} is cut off"
     # an arrow's label stays off the boxes (the text inside a box is not an arrow's label)
     patches = [p.get_window_extent(renderer) for p in drawing.ax.patches]
-    for label in set(drawing.labels):
+    for label in {a.tex for a in drawing.arrows}:
         for text in drawing.ax.texts:
             if text.get_text() == label:
                 box = text.get_window_extent(renderer)

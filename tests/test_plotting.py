@@ -62,7 +62,8 @@ def test_head_layout_draws_every_token_of_every_head_twice(n, d_model, h):
     assert len(widths) == 2 * n * h  # left: (n, d_model) cut by head; right: h slabs of n rows
     assert len(set(np.round(widths, 9))) == 1  # every head's block is d_k wide, on both sides
     labels = [t.get_text() for t in ax.texts]
-    assert f"(h, n, d_k) = ({h}, {n}, {d_model // h})" in labels
+    assert f"$(h, n, d_k)$ = ({h}, {n}, {d_model // h})" in labels   # the names typeset with mathtext
+    assert f"$(n, d_\\mathrm{{model}})$ = ({n}, {d_model})" in labels
     assert [f"head {i}" for i in range(h)] == [t for t in labels if t.startswith("head ")]
 
 
@@ -89,7 +90,7 @@ def test_position_vectors_draws_the_matrix_on_a_fixed_scale_from_minus_one_to_on
     ax = M.plotting.position_vectors(P, title="positions")
     np.testing.assert_array_equal(ax.images[0].get_array(), P)
     assert ax.images[0].get_clim() == (-1.0, 1.0)  # the same colours for any n and d_model
-    assert ax.get_ylabel() == "position i" and ax.get_title() == "positions"
+    assert ax.get_ylabel() == "position $i$" and ax.get_title() == "positions"
     assert len(ax.figure.axes) == 2  # the picture and its colour bar
     with pytest.raises(ValueError, match=r"\(n, d_model\) matrix, got shape \(8,\)"):
         M.plotting.position_vectors(P[0])

@@ -294,7 +294,403 @@ def check_chapter_3(block):
     check_number(block, "How many attention weights", w.numel(), [n * n, n * d, h * n * n * (d // h)])
 
 
-CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "03_multi_head_attention.ipynb": check_chapter_3}
+def stored_csv(name):
+    """A table the package stores (mha_lessons/results), read with the csv module, not with the package."""
+    import csv
+
+    with open(ROOT / "mha_lessons" / "results" / name, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def check_chapter_4(block):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    n, d, h = 1024, 256, 8                                       # PyTorch's FLOP counter on its own layer
+    with torch.device("meta"):
+        layer, x = torch.nn.MultiheadAttention(d, h, batch_first=True), torch.zeros(1, n, d)
+        with FlopCounterMode(display=False) as counter:
+            layer(x, x, x, need_weights=True, average_attn_weights=False)
+    products = counter.get_total_flops()
+    assert products == 8 * n * d * d + 4 * n * n * d
+    check_number(block, "how many FLOPs do its matrix products do", products,
+                 [products / 2,                                  # a multiply-add counted once
+                  8 * n * d * d + 4 * n * n * d / h,             # the n² products of one head's width
+                  8 * n * d * d + 2 * n * n * d])                # the weighted sum forgotten
+
+    d, d_ff = 1024, 4 * 1024           # linear 8 n d² + 4 n d d_ff against quadratic 4 n² d (halved when causal)
+    check_number(block, "From which length $n$ do its $n^2$", (8 * d * d + 4 * d * d_ff) / (2 * d),
+                 [(8 * d * d + 4 * d * d_ff) / (4 * d), 8 * d * d / (4 * d), d])
+
+    n, d_k = 4096, 64                  # FLOPs 4 n² d_k; bytes 4 n d_k b_io (+ 4 n² b_s for the unfused path)
+    def intensity(score_bytes, fused=False):
+        return 4 * n * n * d_k / (4 * n * d_k * 2 + (0 if fused else 4 * n * n * score_bytes))
+    check_number(block, "how many FLOPs per byte does it do at most", intensity(4),
+                 [intensity(4, fused=True), intensity(2), intensity(4) / 2])
+
+    rows = {r["backend"]: r for r in stored_csv("gpu_attention.csv")
+            if (r["n"], r["d_k"], r["causal"]) == ("8192", "64", "False")}
+    work = {b: float(rows[b]["fwd_tflops"]) * float(rows[b]["fwd_ms"]) for b in ("math", "flash", "cudnn")}
+    scores_mib = int(rows["math"]["B"]) * int(rows["math"]["h"]) * 8192 ** 2 * 4 / 2 ** 20
+    fused = ("flash", "cudnn")
+    claims = {"They never write the $n \\times n$ scores to main memory, so they move far fewer bytes.":
+              all(float(rows[b]["fwd_peak_mib"]) < scores_mib / 100 for b in fused),
+              "They do fewer FLOPs: they skip the softmax's work.":
+              not all(math.isclose(work[b], work["math"], rel_tol=0.02) for b in fused),
+              "They run at the datasheet's rate “with sparsity”, twice the dense one.":
+              any(float(rows[b]["fwd_tflops"]) > 1979 / 2 for b in fused)}   # H100 SXM: dense bf16
+    (right,) = [claim for claim, holds in claims.items() if holds]
+    check_option(block, "kernels ran attention", right, set(claims) - {right})
+
+    layer = torch.nn.MultiheadAttention(64, 4)
+    x = torch.zeros(256, 64)
+    _, w = layer(x, x, x, average_attn_weights=False)
+    check_option(block, "which one grows like $n^2$", shape_label(w.shape),
+                 {shape_label(x.shape), shape_label((4, 256, 16)), shape_label(w.shape[1:])})
+
+
+def check_chapter_6(block):
+    import torch
+    from torch.nn.attention.bias import causal_lower_right
+
+    F = torch.nn.functional
+    lengths, n = torch.tensor([5, 2, 3]), 5
+    real = torch.arange(n) < lengths[:, None]                    # (B, m)
+    pad, causal = real[:, None, :], torch.ones(n, n, dtype=torch.bool).tril()
+    check_option(block, "What shape does `pad & causal` have", shape_label((pad & causal).shape),
+                 {shape_label(pad.shape), shape_label(causal.shape), shape_label((3, 2, n, n))})
+
+    pairs = lambda query_ok: sum(1 for b, length in enumerate(lengths.tolist()) for i in range(n)   # noqa: E731
+                                 for j in range(n) if query_ok(i, j, length))
+    check_number(block, "how many (query, key) pairs may attend", pairs(lambda i, j, L: j <= i and j < L),
+                 [pairs(lambda i, j, L: j <= i), pairs(lambda i, j, L: j < L),
+                  pairs(lambda i, j, L: j <= i and j < L and i < L)])
+
+    torch.manual_seed(0)                                         # torch's layer: each sentence alone is the oracle
+    layer = torch.nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64).eval()
+    x = torch.randn(3, n, 8, dtype=torch.float64)
+    alone = [layer(x[b:b + 1, :L], x[b:b + 1, :L], x[b:b + 1, :L])[0][0] for b, L in enumerate(lengths.tolist())]
+    candidates = {"`~pad[:, 0, :]`": ~pad[:, 0, :], "`pad[:, 0, :]`": pad[:, 0, :], "`~pad`": ~pad,
+                  "`(~pad[:, 0, :]).astype(float)`": (~pad[:, 0, :]).double()}
+
+    def agrees(mask):
+        try:
+            with torch.no_grad():
+                y, _ = layer(x, x, x, key_padding_mask=mask)
+        except RuntimeError:
+            return False
+        return all(torch.allclose(y[b, :L], alone[b]) for b, L in enumerate(lengths.tolist()))
+
+    (right,) = [label for label, mask in candidates.items() if agrees(mask)]
+    check_option(block, "as `key_padding_mask`", right, set(candidates) - {right})
+
+    # left padding: a padded query's row allows no key; F's attention gives it zero weights, so the layer's
+    # output there is the output projection's bias; a plain softmax of the row is NaN
+    real_left = torch.arange(n) >= n - lengths[:, None]
+    allowed = real_left[:, None, :] & causal                     # (B, n, m)
+    empty = ~allowed.any(-1)
+    w_q, w_k, w_v = layer.in_proj_weight.split(8)
+    b_q, b_k, b_v = layer.in_proj_bias.split(8)
+    heads = lambda t: t.view(3, n, 2, 4).transpose(1, 2)         # noqa: E731  (B, n, d) -> (B, h, n, d_k)
+    with torch.no_grad():
+        o = F.scaled_dot_product_attention(heads(x @ w_q.T + b_q), heads(x @ w_k.T + b_k), heads(x @ w_v.T + b_v),
+                                           attn_mask=allowed[:, None])
+        y = layer.out_proj(o.transpose(1, 2).reshape(3, n, 8))
+    assert torch.allclose(y[empty], layer.out_proj.bias.expand(int(empty.sum()), 8))
+    assert torch.softmax(torch.full((3,), float("-inf")), -1).isnan().all()
+    check_option(block, "What does `M.multihead_attention` return at such a position",
+                 "The layer's output bias $b_O$.",
+                 {"NaN: the softmax divides 0 by 0.", "The zero vector.",
+                  "An average over all the keys, as if nothing were masked."})
+
+    bottom_right = causal_lower_right(3, 8)._materialize()      # (n, m): the new queries at the last positions
+    top_left = torch.ones(3, 8, dtype=torch.bool).tril()
+    first = bottom_right[0].sum().item()
+    check_number(block, "How many keys may the first new token", first,
+                 [top_left[0].sum().item(), bottom_right[-1].sum().item(), first - 1])
+
+
+def check_chapter_7(block):
+    import torch
+
+    z_1 = 1 + math.exp(-1)                                       # max 1 after the first block
+    new = math.exp(0) + math.exp(-3)                             # the second block's terms, from its max 2
+    check_number(block, "What is the running sum $Z_2$", math.exp(1 - 2) * z_1 + new,
+                 [z_1 + new, math.exp(2 - 1) * z_1 + new, new])
+    d_v, m = 64, 16384                                           # a maximum, a sum and d_v accumulated numbers
+    check_number(block, "How many numbers does its running state hold", 2 + d_v, [m, 128, d_v])
+
+    T, b = 1024 // 128, 128                                      # brute force: tiles holding a pair j <= i
+    allowed = torch.ones(1024, 1024, dtype=torch.bool).tril()
+    tiles = allowed.view(T, b, T, b).any(3).any(1)               # (query tiles, key blocks)
+    check_number(block, "how many tiles does `causal=True` compute", tiles.sum().item(),
+                 [T * T, tiles.sum().item() - T, T * T // 2])
+
+    check_option(block, "largest array of scores it holds at once", shape_label((512, 128)),
+                 {shape_label((512, 512)), shape_label((128, 128)), shape_label((128, 512))})
+
+    s = torch.randn(6, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    lse = torch.logsumexp(s, -1)                                 # one number per query gives every weight back
+    assert lse.shape == (6,) and torch.allclose(torch.exp(s - lse[:, None]), torch.softmax(s, -1))
+    check_option(block, "keep for the backward pass", "Its log-sum-exp: one number.",
+                 {"Its row of weights: $m$ numbers.", "Its running maximum and sum: two numbers.",
+                  "Nothing: the backward sums over the keys again."})
+
+
+def check_chapter_9(block):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    F = torch.nn.functional
+    t, d, h = 4096, 1024, 16                                     # one cached step, as PyTorch counts it
+    w = torch.zeros(4, d, d)
+    x = torch.zeros(1, 1, d)
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        q, k, v = (F.linear(x, w[i]).view(1, 1, h, d // h).transpose(1, 2) for i in range(3))
+        past = torch.zeros(1, h, t - 1, d // h)                  # the cache
+        o = F.scaled_dot_product_attention(q, torch.cat([past, k], 2), torch.cat([past, v], 2))
+        F.linear(o.transpose(1, 2).reshape(1, 1, d), w[3])
+    step = counter.get_total_flops()
+    assert step == 8 * d * d + 4 * t * d
+    check_number(block, "in a layer with $d_\\text{model} = 1024$ and $h = 16$", step,
+                 [8 * t * d * d + 4 * t * t * d, 8 * d * d, 8 * d * d + 4 * t * (d // h)])
+
+    def cache_bytes(layers, heads, width):                       # keys and values as bf16 tensors, on meta
+        k = torch.empty(layers, 1, heads, 4096, width, dtype=torch.bfloat16, device="meta")
+        return 2 * k.numel() * k.element_size()
+
+    total = cache_bytes(32, 32, 128)
+    check_number(block, "caches one sequence of $T = 4096$ tokens", total,
+                 [total // 2, cache_bytes(1, 32, 128), cache_bytes(32, 32, 32 * 128)])
+
+    keys = torch.cat([torch.zeros(2, 4, 6, 4)] + [torch.zeros(2, 4, 1, 4)] * 4, dim=2)   # prompt, then 4 steps
+    check_option(block, "What shape are the cached keys", shape_label(keys.shape),
+                 {shape_label((2, 10, 16)), shape_label((2, 4, 1, 4)), shape_label((2, 4, 10, 10))})
+
+    d, t, B = 8192, 4096, 64                                     # per sequence: 4 t d FLOPs on 2 t d numbers
+    per_byte = B * 4 * t * d / (B * 2 * t * d * 2)
+    check_number(block, "per byte of cache it reads", per_byte, [B * per_byte, 2 * per_byte])
+
+    ceilings = {r["quantity"]: r["value"] for r in stored_csv("gpu_ceilings.csv")}
+    balance = float(ceilings["bf16_matmul"]) * 1e12 / (float(ceilings["copy"]) * 1e9)
+
+    def intensity(s, t):                      # products of s new tokens against t keys; weights, cache, tokens
+        flops = 8 * s * d * d + 4 * s * t * d
+        moved = 4 * d * d * 2 + 2 * t * d * 2 + 2 * s * d * 2
+        return flops / moved
+
+    assert intensity(1, 4096) < balance < intensity(512, 512)
+    check_option(block, "Which waits on what", "Decoding waits on memory; the prefill waits on arithmetic.",
+                 {"Both wait on memory.", "Both wait on arithmetic.",
+                  "Decoding waits on arithmetic; the prefill on memory."})
+
+
+def check_chapter_10(block):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    F = torch.nn.functional
+
+    def cache_bytes(layers, kv_heads, positions=8192, d_k=128):  # keys and values as bf16 tensors, on meta
+        k = torch.empty(layers, kv_heads, positions, d_k, dtype=torch.bfloat16, device="meta")
+        return 2 * k.numel() * k.element_size()
+
+    check_number(block, "How many bytes does its cache take", cache_bytes(32, 8),
+                 [cache_bytes(32, 32), cache_bytes(32, 32 // 8), cache_bytes(1, 8)])
+
+    def gqa_per_byte(kv_heads, t=4096):                          # torch's enable_gqa, counted by its FLOP counter
+        q, k = torch.zeros(1, 32, 1, 128), torch.zeros(1, kv_heads, t, 128)
+        with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+            F.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+        return counter.get_total_flops() / cache_bytes(1, kv_heads, t)
+
+    check_number(block, "$h_\\text{kv} = 4$ key/value heads", gqa_per_byte(4),
+                 [gqa_per_byte(32), 2 * gqa_per_byte(4), gqa_per_byte(1)])
+
+    t, h, d_c, d_rope, d_k = 4096, 64, 256, 32, 128             # absorbed MLA: scores on [latent, rotary key],
+    def latent_flops(rope):                                      # the weighted sum on the latents
+        q, c = torch.zeros(h, 1, d_c + rope), torch.zeros(t, d_c + rope)
+        with FlopCounterMode(display=False) as counter:
+            a = q @ c.T                                          # (h, 1, t)
+            a @ c[:, :d_c]                                       # (h, 1, d_c)
+        return counter.get_total_flops()
+
+    mla_bytes = t * (d_c + d_rope) * 2
+    mha_flops = 4 * h * t * d_k                                  # scores and sums of heads d_k wide
+    check_number(block, "how many FLOPs of attention per byte of cache", latent_flops(d_rope) / mla_bytes,
+                 [mha_flops / mla_bytes, mha_flops / (2 * h * t * d_k * 2), latent_flops(0) / (t * d_c * 2)])
+
+    slots = [None] * 4                                           # the rolling buffer's rule, by hand
+    for position in range(10):
+        slots[position % 4] = position
+    label = lambda positions: "slots 0 to 3 hold positions " + ", ".join(map(str, positions))   # noqa: E731
+    check_option(block, "Which positions does it hold, slot by slot", label(slots),
+                 {label(sorted(slots)), label(range(4))})
+
+    g = torch.Generator().manual_seed(0)                         # split-KV in torch: four chunks' outputs and lse
+    q, k, v = (torch.randn(n, 4, dtype=torch.float64, generator=g) for n in (1, 12, 12))   # d_k = 4
+    whole = F.scaled_dot_product_attention(q, k, v)
+    parts = [(F.scaled_dot_product_attention(q, k[c], v[c]), torch.logsumexp(q @ k[c].T / 2, -1))
+             for c in torch.arange(12).chunk(4)]
+    weights = torch.softmax(torch.stack([lse for _, lse in parts]), 0)
+    merged = sum(w[..., None] * out for w, (out, _) in zip(weights, parts))
+    assert torch.allclose(merged, whole) and not torch.allclose(sum(out for out, _ in parts) / 4, whole)
+    check_option(block, "Compared with attending to the whole cache", "the same, up to rounding: merging the "
+                 "states is exact.", {"the average of the 4 chunks' outputs.",
+                                      "an approximation, closer with fewer chunks."})
+
+
+def torch_rows(rows, m, d_k, seed):
+    """Rows of one head as chapter 2 draws them, by PyTorch's generator: a query, m keys and m values of standard
+    normal entries, and a gradient at the output of variance 1/d_k."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    draw = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)   # noqa: E731
+    return draw(rows, d_k), draw(rows, m, d_k), draw(rows, m, d_k), draw(rows, d_k) / math.sqrt(d_k)
+
+
+def query_gradients(rows, divisor):
+    """||dq|| of every row by autograd, for the scores q·k divided by ``divisor``; and the rows' weights."""
+    import torch
+
+    q, k, v, d_o = (t.clone() for t in rows)
+    q.requires_grad_(True)
+    a = torch.softmax((k @ q[:, :, None])[..., 0] / divisor, dim=-1)          # (r, m)
+    ((a[:, None, :] @ v)[:, 0] * d_o).sum().backward()                        # L = sum(o * dO)
+    return q.grad.norm(dim=-1), a.detach()
+
+
+def check_chapter_2(block):
+    import torch
+
+    d_k = 256                                                   # Var[q·k] = d_k under (A1)-(A3), in closed form
+    check_number(block, "What is the variance of $q \\cdot k$", d_k, [1, math.sqrt(d_k), d_k ** 2])
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 20000, d_k, generator=g, dtype=torch.float64)
+    assert abs((q * k).sum(-1).var().item() / d_k - 1) < 0.05   # and by simulation
+
+    m = 32
+    top = {}
+    for width in (16, 1024):                                    # scores not divided: the largest weight of a row
+        _, a = query_gradients(torch_rows(400, m, width, seed=1), 1.0)
+        top[width] = a.max(-1).values.mean().item()
+    assert top[1024] > 0.9 and top[16] < top[1024] - 0.1
+    rises = "It rises towards 1: the row collapses onto one key."
+    check_option(block, "what happens to the largest weight", rises,
+                 {"It falls towards $1/m$: the row becomes uniform.",
+                  "It stays about the same: the softmax sees only differences."})
+
+    rows = torch_rows(400, m, 1024, seed=2)
+    divided, _ = query_gradients(rows, math.sqrt(1024))
+    undivided, _ = query_gradients(rows, 1.0)
+    rms = lambda x: x.square().mean().sqrt().item()   # noqa: E731
+    assert undivided.median() < 0.1 * divided.median() and rms(undivided) > 10 * rms(divided)
+    check_option(block, "what reaches the queries when the scores are *not*",
+                 "Most queries get almost nothing, a few get a lot, and the total grows.",
+                 {"Every query gets almost nothing: the gradient vanishes.",
+                  "Every query gets more, about $\\sqrt{d_k}$ times as much.", "About as much as with the division."})
+
+    # a fresh torch layer: queries and keys of variance 1/2, so the scaled scores have variance 1/4 (case (a))
+    check_number(block, "What variance do its scores", 0.5 * 0.5, [1.0, 0.5, 64 * 0.5 * 0.5])
+    torch.manual_seed(0)
+    d_model, h = 512, 8
+    layer = torch.nn.MultiheadAttention(d_model, h, batch_first=True, dtype=torch.float64)
+    x = torch.randn(4096, d_model, dtype=torch.float64)
+    w_q, w_k = layer.in_proj_weight.detach()[:2 * d_model].split(d_model)
+    q, k = (x[:2048] @ w_q.T).view(-1, h, d_model // h), (x[2048:] @ w_k.T).view(-1, h, d_model // h)
+    assert abs(((q * k).sum(-1) / math.sqrt(d_model // h)).var().item() / 0.25 - 1) < 0.05
+
+    rows = torch_rows(400, m, 1024, seed=3)                    # divided by d_k: near-uniform rows that pass it on
+    by_d_k, a = query_gradients(rows, 1024.0)
+    entropy = -(a * a.log()).sum(-1).mean().item()
+    assert entropy > 0.99 * math.log(m) and abs(rms(by_d_k) / math.sqrt((m - 1) / (m ** 2 * 1024)) - 1) < 0.1
+    check_option(block, "Divide the scores by $d_k$ instead",
+                 "Nearly uniform rows, which pass on a small, even gradient.",
+                 {"Rows collapsed onto one key, as without any division.",
+                  "Nearly uniform rows, which stop the gradient.", "The same rows as with $\\sqrt{d_k}$."})
+
+
+def check_chapter_5(block):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    B, n, d_model, h = 2, 5, 32, 4
+    layer = torch.nn.MultiheadAttention(d_model, h, batch_first=True, dtype=torch.float64)
+    x = torch.randn(B, n, d_model, dtype=torch.float64, requires_grad=True)
+    y, _ = layer(x, x, x, need_weights=False)
+    y.backward(torch.randn_like(y))
+    d_w_q = layer.in_proj_weight.grad[:d_model].T                # torch keeps W_Q as its transpose
+    check_option(block, "What shape is $dW_Q$", shape_label(d_w_q.shape),
+                 {shape_label((B,) + tuple(d_w_q.shape)), shape_label(x.grad.shape), shape_label((d_model, d_model // h))})
+    db_k, db_q = layer.in_proj_bias.grad[d_model:2 * d_model], layer.in_proj_bias.grad[:d_model]
+    assert db_k.abs().max() < 1e-12 * db_q.abs().max()
+    check_option(block, "what gradient does the key bias", "Zero, whatever the loss.",
+                 {"As much as the query bias $b_Q$: queries and keys play alike.",
+                  "Zero only for the keys a mask hides."})
+
+    s = torch.tensor([5.0, 3.0, 2.0], dtype=torch.float64).log().requires_grad_(True)
+    a = torch.softmax(s, -1)
+    a[0].backward()                                             # da = (1, 0, 0)
+    jacobian = torch.autograd.functional.jacobian(lambda t: torch.softmax(t, -1), s.detach())
+    da = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+    check_number(block, "What gradient reaches the score of key 1", s.grad[1].item(),
+                 [(jacobian.diagonal() * da)[1].item(), -s.grad[1].item(), (da - (da * a).sum())[1].item()])
+
+    # mistake 2 built into autograd: the forward divides by √d_k, the backward of the scores does not
+    def self_attention(x, w, d_k, forget):
+        q, k, v = x @ w[0], x @ w[1], x @ w[2]
+        s = q @ k.T
+        scaled = s - (s * (1 - 1 / math.sqrt(d_k))).detach() if forget else s / math.sqrt(d_k)
+        return torch.softmax(scaled, -1) @ v @ w[3]
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4, 8, 8, generator=g, dtype=torch.float64) / math.sqrt(8)
+    x = torch.randn(4, 8, generator=g, dtype=torch.float64)
+    d_y = torch.randn(4, 8, generator=g, dtype=torch.float64)
+    grads = []
+    for forget in (False, True):
+        leaf = x.clone().requires_grad_(True)
+        out = self_attention(leaf, w, 8, forget)
+        assert torch.allclose(out, self_attention(x, w, 8, False))
+        out.backward(d_y)
+        grads.append(leaf.grad)
+    right, wrong = grads
+    cosine = (right * wrong).sum() / (right.norm() * wrong.norm())
+    assert cosine < 0.99 and not math.isclose(wrong.norm() / right.norm(), math.sqrt(8), rel_tol=0.01)
+    check_option(block, "In self-attention, what happens to $dX$",
+                 "It turns: a change of direction no learning rate undoes.",
+                 {"It grows $\\sqrt{d_k}$ times, like a larger learning rate.", "It shrinks $\\sqrt{d_k}$ times.",
+                  "Nothing: only $dW_Q$ and $dW_K$ are wrong."})
+
+    n, d, h = 1024, 512, 8                                      # PyTorch's FLOP counter, on meta tensors
+
+    def attention_layer(x, w):
+        q, k, v = ((x @ w[i]).view(1, n, h, d // h).transpose(1, 2) for i in range(3))   # (1, n, d) -> (1, h, n, d_k)
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // h), dim=-1)
+        return (a @ v).transpose(1, 2).reshape(1, n, d) @ w[3]                              # (1, h, n, d_k) -> (1, n, d)
+
+    with torch.device("meta"):
+        x = torch.randn(1, n, d, requires_grad=True)
+        w = torch.randn(4, d, d, requires_grad=True)
+        with FlopCounterMode(display=False) as counter:
+            y = attention_layer(x, w)
+        forward = counter.get_total_flops()
+        with FlopCounterMode(display=False) as counter:
+            y.backward(torch.ones_like(y))
+        backward = counter.get_total_flops()
+    page, printed = question(block, "How many FLOPs do the matrix products of its backward")
+    assert f"{forward:,} FLOPs" in printed["text"]
+    check_number(block, "How many FLOPs do the matrix products of its backward", backward, [forward, forward + backward])
+
+
+CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "02_why_sqrt_dk.ipynb": check_chapter_2,
+          "03_multi_head_attention.ipynb": check_chapter_3, "04_cost.ipynb": check_chapter_4,
+          "05_gradients.ipynb": check_chapter_5, "06_masks.ipynb": check_chapter_6,
+          "07_efficient_attention.ipynb": check_chapter_7, "09_kv_cache.ipynb": check_chapter_9,
+          "10_serving_the_cache.ipynb": check_chapter_10}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -331,6 +727,63 @@ def test_the_checks_fail_on_a_wrong_key_a_wrong_option_or_a_tolerance_that_accep
         with pytest.raises(AssertionError):
             check_chapter_3(block)
 
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_every_question_of_a_chapter_fails_its_check_when_its_key_tolerance_or_right_option_is_changed(name):
+    """Each question of each checked block, tampered one way at a time: a key moved, a tolerance widened to accept
+    the nearest listed mistake, the mark of the right option moved to another option. The chapter's check above
+    must catch every one (an AssertionError), so that no question goes unchecked."""
+    good = chapter_block(name)
+    CHECKS[name](good)
+    for index, page in enumerate(good["questions"]):
+        tampered = []
+        if page["kind"] == "number":
+            moved = copy.deepcopy(good)
+            moved["questions"][index]["key"] = page["key"] * 1.5 + 1
+            tampered.append(moved)
+            if page["mistakes"]:
+                wide = copy.deepcopy(good)
+                nearest = min(abs(m["value"] - page["key"]) for m in page["mistakes"])
+                wide["questions"][index]["abs"] = nearest * 1.01
+                tampered.append(wide)
+        else:
+            marked = copy.deepcopy(good)
+            options = marked["questions"][index]["options"]
+            right = next(i for i, option in enumerate(options) if option["right"])
+            options[right]["right"], options[right - 1]["right"] = False, True
+            tampered.append(marked)
+        for block in tampered:
+            with pytest.raises(AssertionError):
+                CHECKS[name](block)
+
+
+
+def tampered(name, words, change):
+    block = copy.deepcopy(chapter_block(name))
+    change(*question(block, words))
+    return block
+
+
+def mark_another(page, printed):
+    options = page["options"]
+    right = next(i for i, option in enumerate(options) if option["right"])
+    options[right]["right"], options[right - 1]["right"] = False, True
+
+
+@pytest.mark.parametrize("name, words, change", [
+    ("02_why_sqrt_dk.ipynb", "What is the variance of", lambda page, _: page.update(key=16)),   # the std for the var
+    ("02_why_sqrt_dk.ipynb", "What is the variance of", lambda page, _: page.update(abs=300)),  # accepts d_k = 1
+    ("05_gradients.ipynb", "matrix products of its backward", lambda page, _: page.update(key=3 * 2 ** 32)),
+    ("05_gradients.ipynb", "matrix products of its backward", lambda page, _: page.update(rel=0.6)),
+    ("05_gradients.ipynb", "What gradient reaches the score", lambda page, _: page.update(key=0.15)),   # the sign
+    ("05_gradients.ipynb", "What shape is $dW_Q$", mark_another),
+    ("05_gradients.ipynb", "the key bias", mark_another),
+], ids=["ch2-key", "ch2-tolerance", "ch5-key", "ch5-tolerance", "ch5-sign", "ch5-shape", "ch5-choice"])
+def test_the_checks_of_chapters_2_and_5_fail_on_a_tampered_block(name, words, change):
+    """As above, for the blocks of chapters 2 and 5 (each change is caught before the slow simulations run, or
+    by the cheap chapter 5)."""
+    with pytest.raises(AssertionError):
+        CHECKS[name](tampered(name, words, change))
 
 def strings(value):
     """Every string inside a JSON value."""

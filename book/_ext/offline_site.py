@@ -61,7 +61,11 @@ THEME_MODE_JS = 'if (!document.documentElement.dataset.mode) { document.document
 # - sphinxcontrib-bibtex's list of references has role="list" without list items, so readers announce an empty
 #   list, and gives each entry the role doc-biblioentry, which ARIA 1.2 no longer allows: both roles are dropped;
 # - a display equation that scrolls inside its box (book/_static/course.css) must be reachable with the keyboard
-#   (axe: scrollable-region-focusable): only those get a tab stop, MathJax keeps formulas out of the tab order.
+#   (axe: scrollable-region-focusable): only those get a tab stop, MathJax keeps formulas out of the tab order; so
+#   must a panel's figure, which scrolls in its box on a phone;
+# - so must a code block that scrolls sideways inside a fold (a code toggle, a dropdown, a folded listing): the
+#   theme gives a scrolling block a tab stop on load and on resize, when a folded one has no width and does not
+#   scroll, so the blocks inside a fold get theirs when it opens.
 # Toggles and icons are created by scripts on load, so the fixes run on load and whenever the page changes.
 A11Y_JS = """
 (function () {
@@ -77,7 +81,8 @@ A11Y_JS = """
       .forEach(function (e) { e.removeAttribute("role"); });
     document.querySelectorAll(".theme-switch-button svg title").forEach(function (e) { e.remove(); });
     // a display equation wider than its column scrolls inside its box (course.css): a keyboard user can reach it
-    document.querySelectorAll('mjx-container[display="true"]').forEach(function (e) {
+    // and so is a panel's figure, which keeps its width on a phone and scrolls in its box (mha_lessons' panels)
+    document.querySelectorAll('mjx-container[display="true"], .mha-panel-frame-box').forEach(function (e) {
       if (e.scrollWidth > e.clientWidth + 1) { e.setAttribute("tabindex", "0"); } else { e.removeAttribute("tabindex"); }
     });
     document.querySelectorAll(".bd-sidebar-primary:not([role])").forEach(function (e) {
@@ -95,6 +100,13 @@ A11Y_JS = """
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) { MathJax.startup.promise.then(fix); }
   });
   window.addEventListener("resize", fix);
+  // "toggle" does not bubble: listen while it goes down to the details element that opened
+  document.addEventListener("toggle", function (event) {
+    if (!event.target.open) { return; }
+    event.target.querySelectorAll("pre, .cell_output > .output").forEach(function (e) {
+      e.tabIndex = e.scrollWidth > e.clientWidth || e.scrollHeight > e.clientHeight ? 0 : -1;
+    });
+  }, true);
 })();
 """
 

@@ -31,7 +31,7 @@ class LayerDiagram:
 
     @property
     def labels(self):
-        """The text on every arrow, in the order of ``arrows``."""
+        """The text on every arrow as plain text, in the order of ``arrows`` (the figure typesets it: ``Arrow.tex``)."""
         return [a.label for a in self.arrows]
 
 
@@ -113,7 +113,7 @@ def draw_layer(d_model, num_heads, *, d_k=None, d_v=None, batch=None, n=None, m=
         ax = fig.add_axes((0, 0, 1, 1))
     colors = {"Q": SHAPE_COLORS["q"], "K": SHAPE_COLORS["k"], "V": SHAPE_COLORS["v"]}
     out_color, attn_color = SHAPE_COLORS["o"], SHAPE_COLORS["s"]
-    labels = {(a.start, a.end): a.label for a in arrows}
+    labels = {(a.start, a.end): a for a in arrows}  # each arrow by its ends
     width, height = FIGSIZE
 
     def box(x, y, w, hgt, text, color, fontsize=13, z=2):  # (x, y): the middle of the left edge
@@ -124,16 +124,17 @@ def draw_layer(d_model, num_heads, *, d_k=None, d_v=None, batch=None, n=None, m=
         if text:
             ax.text(x + w / 2, y, text, ha="center", va="center", fontsize=fontsize, zorder=z + 1)
 
-    def arrow(x0, y0, x1, y1, color, label, room=None):
-        """An arrow; its label above it if it runs across, right of it (in ``room`` inches) if it runs down."""
+    def arrow(x0, y0, x1, y1, color, carried, room=None):
+        """An arrow; the shape it carries (an ``Arrow``, typeset) above it if it runs across, right of it (in
+        ``room`` inches) if it runs down; the size that fits is worked out on the plain text, no narrower."""
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=1,
                     arrowprops={"arrowstyle": "-|>", "color": color, "linewidth": 1.4, "shrinkA": 0, "shrinkB": 0})
         if y0 == y1:  # a long label (a batch axis, big sizes) is set smaller so that it stays within its arrow
-            ax.text((x0 + x1) / 2, y0 + 0.07, label, ha="center", va="bottom",
-                    fontsize=_label_size(label, x1 - x0 - 0.1), linespacing=1.3)
+            ax.text((x0 + x1) / 2, y0 + 0.07, carried.tex, ha="center", va="bottom",
+                    fontsize=_label_size(carried.label, x1 - x0 - 0.1), linespacing=1.3)
         else:
-            ax.text(x0 + 0.08, (y0 + y1) / 2, label, ha="left", va="center", fontsize=_label_size(label, room),
-                    linespacing=1.3)
+            ax.text(x0 + 0.08, (y0 + y1) / 2, carried.tex, ha="left", va="center",
+                    fontsize=_label_size(carried.label, room), linespacing=1.3)
 
     def caption(x, y, text, ha="left"):  # the step of the chapter's table that a row performs
         ax.text(x, y, text, ha=ha, va="center", fontsize=_TEXT_SIZE, color="#555555", style="italic")
@@ -173,7 +174,7 @@ def draw_layer(d_model, num_heads, *, d_k=None, d_v=None, batch=None, n=None, m=
     for row in "QKV":
         x = lane_x[row]
         arrow(x, y_w - _BOX_H / 2, x, y_s + _BOX_H / 2, colors[row], labels[f"W_{row}", f"split {row}"], room)
-        box(x - _BOX_W / 2, y_s, _BOX_W, _BOX_H + 0.04, "split\ninto h", colors[row], fontsize=_TEXT_SIZE)
+        box(x - _BOX_W / 2, y_s, _BOX_W, _BOX_H + 0.04, "split\ninto $h$", colors[row], fontsize=_TEXT_SIZE)
 
     # step 3: h attentions, a stack of cards, one per head (at most _MAX_CARDS drawn), each card behind the one
     # before it up and to the right; the three lanes' arrows end on the top of the backmost card

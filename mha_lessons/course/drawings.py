@@ -72,8 +72,10 @@ def draw_multihead(fig, num_heads=4, d_model=64, n=6, *, seed=0):
                    f"Pick h among the divisors of {d_model}: "
                    f"{list(head_choices(d_model))}.")
         ax = fig.add_subplot()
-        # Line breaks placed by hand: matplotlib's wrap=True costs about 50 ms a redraw.
-        ax.text(0.5, 0.5, message.replace(": every", ":\nevery"), ha="center", va="center", fontsize=11)
+        # Line breaks placed by hand: matplotlib's wrap=True costs about 50 ms a redraw. Symbols typeset.
+        shown = message.replace(": every", ":\nevery").replace("d_model =", r"$d_\mathrm{model}$ =")
+        ax.text(0.5, 0.5, shown.replace("h =", "$h$ =").replace("Pick h", "Pick $h$"), ha="center", va="center",
+                fontsize=11)
         ax.axis("off")
         return message
     params = init_params(d_model, num_heads, seed=seed)
@@ -88,7 +90,7 @@ def draw_multihead(fig, num_heads=4, d_model=64, n=6, *, seed=0):
     ax.set_xlabel(f"key token (columns of each block, {n} keys)", fontsize=10)
     ax.set_ylabel(f"query token\n({n} rows a block)", fontsize=10)
     fig.colorbar(ax.images[0], ax=ax, label="attention weight", fraction=0.04, pad=0.02)
-    fig.suptitle(f"h = {num_heads} heads of width d_k = {d_model // num_heads}, on the same {n} tokens",
+    fig.suptitle(f"$h$ = {num_heads} heads of width $d_k$ = {d_model // num_heads}, on the same {n} tokens",
                  fontsize=12)
     return (f"d_model = {d_model}, h = {num_heads}  ->  d_k = d_model / h = {d_model // num_heads}\n"
             f"parameters: 4·d_model² + 4·d_model = {param_count(d_model, num_heads):,} (the same for every h)\n"
@@ -122,7 +124,8 @@ def draw_scaling(fig, d_k=64, scaled=True, *, seed=0):
     if not is_int(d_k) or d_k < 1:
         message = f"d_k is the number of features of a query or key: a positive whole number, got {d_k!r}."
         ax = fig.add_subplot()
-        ax.text(0.5, 0.5, message.replace(": a", ":\na"), ha="center", va="center", fontsize=11)
+        shown = "$d_k$" + message[len("d_k"):].replace("$", r"\$").replace(": a", ":\na")  # the symbol typeset
+        ax.text(0.5, 0.5, shown, ha="center", va="center", fontsize=11)
         ax.axis("off")
         return message
     d_k = int(d_k)
@@ -140,11 +143,11 @@ def draw_scaling(fig, d_k=64, scaled=True, *, seed=0):
     grid = np.linspace(-reach, reach, 400)
     density = np.exp(-0.5 * (grid / predicted_std) ** 2) / (predicted_std * math.sqrt(2 * math.pi))
     ax_hist.plot(grid, density, color="black", lw=1.2,
-                 label="normal, variance 1" if scaled else f"normal, variance d_k = {d_k}")
+                 label="normal, variance 1" if scaled else f"normal, variance $d_k$ = {d_k}")
     ax_hist.set_xlim(-reach, reach)
-    ax_hist.set_xlabel("q·k / √d_k" if scaled else "q·k")
+    ax_hist.set_xlabel(r"$q \cdot k / \sqrt{d_k}$" if scaled else r"$q \cdot k$")
     ax_hist.set_ylabel("density")
-    ax_hist.set_title(f"{scores.size} scores, d_k = {d_k}: standard deviation {measured_std:.2f}")
+    ax_hist.set_title(f"{scores.size} scores, $d_k$ = {d_k}: standard deviation {measured_std:.2f}")
     ax_hist.legend(loc="upper right", fontsize=8)
 
     m = SCALING_KEYS
@@ -152,7 +155,7 @@ def draw_scaling(fig, d_k=64, scaled=True, *, seed=0):
     ax_bar.axhline(1 / m, color="black", ls="--", lw=1)
     ax_bar.set_ylim(0, 1)
     ax_bar.set_xticks(range(0, m, 3))
-    ax_bar.set_xlabel("key j")
+    ax_bar.set_xlabel("key $j$")
     ax_bar.set_ylabel("softmax weight")
     ax_bar.set_title(f"one row: largest weight {weights.max():.2f}")
     fig.tight_layout()
@@ -235,7 +238,7 @@ def draw_cost(fig, n=1024, d_model=512, num_heads=8):
     linear_color, quadratic_color = "#3b75af", "#e1812c"
 
     def bars(ax, names, values, total, quadratic, unit, title):
-        labels = [name.replace("_", " ") + (" (n²)" if name in quadratic else "") for name in names]
+        labels = [name.replace("_", " ") + (" ($n^2$)" if name in quadratic else "") for name in names]
         y = np.arange(len(names))[::-1]
         colors = [quadratic_color if name in quadratic else linear_color for name in names]
         ax.barh(y, values, color=colors)

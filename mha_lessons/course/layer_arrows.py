@@ -25,10 +25,27 @@ class Arrow:
 
     @property
     def label(self):
-        """The text written on the arrow: the axes by name, then by size."""
+        """The arrow's text as plain text: the axes by name, then by size (for alt text and tests)."""
         named = "(" + ", ".join(self.symbols) + ")"
         sized = "(" + ", ".join(str(s) for s in self.shape) + ")"
         return f"{named}\n{sized}"
+
+    @property
+    def tex(self):
+        """The arrow's text as the figure draws it: the names typeset with matplotlib's mathtext, the sizes plain
+        (a size left out is its letter, typeset).
+
+        >>> print(Arrow("W_Q", "split Q", ("n", "h·d_k"), ("n", 512)).tex)
+        $(n, h\\,d_k)$
+        ($n$, 512)
+        """
+        named = "$(" + ", ".join(TEX.get(s, s) for s in self.symbols) + ")$"
+        sized = "(" + ", ".join(str(s) if isinstance(s, int) else f"${s}$" for s in self.shape) + ")"
+        return f"{named}\n{sized}"
+
+
+# How the axes' names are typeset (mathtext), as the chapters write them: d_model upright "model", h·d_k as h d_k.
+TEX = {"d_model": r"d_\mathrm{model}", "h·d_k": r"h\,d_k", "h·d_v": r"h\,d_v"}
 
 
 def _sizes(d_model, num_heads, d_k, d_v, batch, n, m):

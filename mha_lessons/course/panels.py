@@ -42,7 +42,7 @@ def scaling_panel(d_k=64, scaled=True, *, widths=None, seed=0):
     In a live front end it shows ``widgets.scaling_panel`` instead (``Panel._ipython_display_``).
     """
     controls = [Slider("d_k", "d_k", tuple(widths or drawings.SCALING_WIDTHS), d_k, symbol=drawings.SYMBOLS["d_k"]),
-                Checkbox("scaled", "divide by √d_k", bool(scaled))]
+                Checkbox("scaled", "divide by √d_k", bool(scaled), symbol="divide by √<i>d</i><sub>k</sub>")]
     return build_panel(controls, lambda d_k, scaled: scaling_state(d_k, scaled, seed=seed),
                        title="Scores and softmax for a chosen d_k",
                        live=lambda: _live("scaling_panel", d_k=d_k, scaled=scaled))

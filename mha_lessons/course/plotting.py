@@ -138,7 +138,7 @@ def position_vectors(positions, *, ax=None, title=None, cmap="RdBu_r"):
     image = ax.imshow(positions, cmap=cmap, vmin=-1.0, vmax=1.0, aspect="auto", interpolation="nearest")
     ax.figure.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
     ax.set_xlabel("feature (even: sin, odd: cos)")
-    ax.set_ylabel("position i")  # i, as in chapter 1 (the notation page keeps t for decoding steps)
+    ax.set_ylabel("position $i$")  # i, as in chapter 1 (the notation page keeps t for decoding steps)
     if title:
         ax.set_title(title)
     return ax

@@ -42,7 +42,8 @@ from .quiz_assets import QUIZ_CSS, QUIZ_JS
 # What a chapter and the tests use, from the rooms that hold it (the question model, how text shows):
 from .quiz_questions import (  # noqa: F401
     MAX_QUESTIONS, MIN_QUESTIONS, SLACK, WHY_LENGTH, Choice, Mistake, Numeric, Question, Shape)
-from .quiz_text import KEY_DIGITS, math_html, math_plain, section_anchor, shown, text_html, text_plain  # noqa: F401
+from .quiz_text import (  # noqa: F401
+    INLINE, KEY_DIGITS, math_html, math_plain, section_anchor, shown, text_html, text_plain)
 
 
 # ---------------------------------------------------------------- the block

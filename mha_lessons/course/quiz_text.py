@@ -203,10 +203,10 @@ def _canonical(value):
 
 def shown(value, digits=4):
     """How a value prints to the reader: ints with thousands separators, floats to ``digits``
-    significant digits, shapes as tuples.
+    significant digits, shapes as tuples of plain ints (a comma inside a number would read as a new axis).
 
-    >>> shown(1050624), shown(0.70534), shown((8, 4, 64))
-    ('1,050,624', '0.7053', '(8, 4, 64)')
+    >>> shown(1050624), shown(0.70534), shown((8, 4, 64)), shown((4096, 128))
+    ('1,050,624', '0.7053', '(8, 4, 64)', '(4096, 128)')
     """
     if isinstance(value, bool) or isinstance(value, str):
         return str(value)
@@ -215,7 +215,8 @@ def shown(value, digits=4):
     if isinstance(value, numbers.Real):
         return f"{float(value):,.{digits}g}" if abs(value) < 1e15 else f"{float(value):.{digits}g}"
     if isinstance(value, tuple):
-        return "(" + ", ".join(shown(v, digits) for v in value) + ("," if len(value) == 1 else "") + ")"
+        inner = [str(int(v)) if isinstance(v, numbers.Integral) else shown(v, digits) for v in value]
+        return "(" + ", ".join(inner) + ("," if len(value) == 1 else "") + ")"
     return str(value)
 
 

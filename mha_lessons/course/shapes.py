@@ -40,12 +40,12 @@ def sdpa_shapes(n, m, d_k, d_v, *, ax=None, unit=0.5):
     top = max(n, d_k, m) * u
     # Blocks are drawn hanging from a common top line; height is the number of rows.
     items = [
-        ("Q", d_k, n, "q", f"n × d_k\n{n} × {d_k}"), ("·", None, None, None, None),
-        ("Kᵀ", m, d_k, "k", f"d_k × m\n{d_k} × {m}"), ("→", None, None, None, None),
-        ("S", m, n, "s", f"n × m\n{n} × {m}"), ("softmax\n→", None, None, None, None),
-        ("A", m, n, "s", f"n × m\n{n} × {m}"), ("·", None, None, None, None),
-        ("V", d_v, m, "v", f"m × d_v\n{m} × {d_v}"), ("→", None, None, None, None),
-        ("out", d_v, n, "o", f"n × d_v\n{n} × {d_v}"),
+        ("$Q$", d_k, n, "q", f"$n \\times d_k$\n{n} × {d_k}"), ("·", None, None, None, None),
+        ("$K^\\top$", m, d_k, "k", f"$d_k \\times m$\n{d_k} × {m}"), ("→", None, None, None, None),
+        ("$S$", m, n, "s", f"$n \\times m$\n{n} × {m}"), ("softmax\n→", None, None, None, None),
+        ("$A$", m, n, "s", f"$n \\times m$\n{n} × {m}"), ("·", None, None, None, None),
+        ("$V$", d_v, m, "v", f"$m \\times d_v$\n{m} × {d_v}"), ("→", None, None, None, None),
+        ("out", d_v, n, "o", f"$n \\times d_v$\n{n} × {d_v}"),
     ]
     for label, cols, rows, color, dims in items:
         if cols is None:
@@ -90,7 +90,7 @@ def head_layout(n, d_model, num_heads, *, ax=None, unit=0.32):
             ax.add_patch(Rectangle((head * d_k * width, -(row + 1) * u), d_k * width, u,
                                    facecolor=colors[head], edgecolor="white", linewidth=1, alpha=0.8))
     left_w = d_model * width
-    ax.text(left_w / 2, 0.35 * u + 0.1, f"(n, d_model) = ({n}, {d_model})", ha="center", fontsize=10)
+    ax.text(left_w / 2, 0.35 * u + 0.1, f"$(n, d_\\mathrm{{model}})$ = ({n}, {d_model})", ha="center", fontsize=10)
     for row in range(n):
         ax.text(-0.1, -(row + 0.5) * u, f"token {row}", ha="right", va="center", fontsize=8)
     # arrow
@@ -110,7 +110,7 @@ def head_layout(n, d_model, num_heads, *, ax=None, unit=0.32):
         ax.text(left + slab / 2, 0.1, f"head {head}", ha="center", va="bottom", fontsize=8,
                 rotation=0 if num_heads <= 4 else 45)
     right_w = num_heads * slab + (num_heads - 1) * gap
-    ax.text(x1 + right_w / 2, -(n + 0.9) * u, f"(h, n, d_k) = ({num_heads}, {n}, {d_k})",
+    ax.text(x1 + right_w / 2, -(n + 0.9) * u, f"$(h, n, d_k)$ = ({num_heads}, {n}, {d_k})",
             ha="center", fontsize=10)
     ax.set_xlim(-1.0, x1 + right_w + 0.3)
     ax.set_ylim(-(n + 1.5) * u, 0.9)
