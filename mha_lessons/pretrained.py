@@ -180,9 +180,12 @@ def transformed_values(x, params, *, check_input=True):
     v = x @ params.w_v  # (..., m, vdim) @ (vdim, h d_v) -> (..., m, h d_v)
     if params.b_v is not None:
         v = v + params.b_v
-    v = split_heads(v, h, check_input=False)  # (..., m, h d_v) -> (..., h, m, d_v)
-    w_o = params.w_o.reshape(h, d_v, params.d_model)  # (h d_v, d_model) -> (h, d_v, d_model): head ℓ's rows
-    return v @ w_o  # (..., h, m, d_v) @ (h, d_v, d_model) -> (..., h, m, d_model)
+    # (..., m, h d_v) -> (..., h, m, d_v)
+    v = split_heads(v, h, check_input=False)
+    # (h d_v, d_model) -> (h, d_v, d_model): head ℓ's rows of W_O
+    w_o = params.w_o.reshape(h, d_v, params.d_model)
+    # (..., h, m, d_v) @ (h, d_v, d_model) -> (..., h, m, d_model)
+    return v @ w_o
 
 
 def norm_weighted_attention(out, *, model=None):
