@@ -849,7 +849,7 @@ KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
     "book/10_serving_the_cache": {"code": (0, 10), "listing": (1, 2), "table": (0, 0)},
     "book/11_heads_across_processes": {"code": (10, 15), "listing": (4, 4), "table": (0, 1)},
     "book/13_one_head_two_jobs": {"code": (9, 16), "listing": (2, 3), "table": (0, 0)},
-    "book/15_real_model_heads": {"code": (0, 15), "listing": (1, 1), "table": (0, 0)},
+    "book/15_real_model_heads": {"code": (0, 15), "listing": (1, 2), "table": (0, 0)},
     # the nine tables fit on a phone: each row a card there, its columns named (book/_static/course.css)
     "book/notation": {"code": (0, 0), "listing": (0, 0), "table": (0, 0)},
 }
