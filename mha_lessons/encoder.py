@@ -143,6 +143,26 @@ def pair_similarities(embeddings):
     return np.sum(embeddings[..., 0::2, :] * embeddings[..., 1::2, :], axis=-1)  # (..., P, d) -> (..., P)
 
 
+def paraphrase_margin(similarities):
+    """The least similar paraphrase minus the most similar unrelated pair: (..., P) -> (...).
+
+    ``similarities`` holds P pairs' cosine similarities, the paraphrases first (the first P / 2),
+    then the unrelated pairs, as the course's sentence lists are ordered. Positive when every
+    paraphrase is closer than every unrelated pair.
+
+    Examples
+    --------
+    >>> float(paraphrase_margin([0.875, 0.75, 0.25, 0.5]))   # 0.75 - 0.5
+    0.25
+    """
+    similarities = np.asarray(similarities, dtype=float)
+    if similarities.ndim < 1 or similarities.shape[-1] < 2 or similarities.shape[-1] % 2:
+        raise ValueError(f"similarities must be (..., P) with P even, paraphrases first; got shape "
+                         f"{similarities.shape}")
+    half = similarities.shape[-1] // 2
+    return similarities[..., :half].min(axis=-1) - similarities[..., half:].max(axis=-1)
+
+
 def single_head_ablations(texts, *, model=None):
     """The embeddings of ``texts`` with each head removed alone: (L, h, N, d_model), unit rows.
 

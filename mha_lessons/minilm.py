@@ -215,16 +215,17 @@ def load_minilm(source=None, *, dtype=np.float64):
 
 
 def course_sentences():
-    """The sentences the course ships for chapter 11 (``mha_lessons/data/minilm_sentences.json``).
+    """The sentences the course ships for chapter 15 (``mha_lessons/data/minilm_sentences.json``).
 
-    A dict: "census" (a list of sentences), "pairs" (a list of [sentence, sentence]: paraphrases
-    first, then unrelated pairs) and "coreference" (the two sentences of the test, the pronoun and
-    the two nouns it may refer to).
+    A dict: "census" (a list of sentences); "pairs" and "held_out_pairs" (lists of [sentence,
+    sentence]: paraphrases first, then as many unrelated pairs), the first to rank heads by the
+    effect of removing each, the second, with sentences of its own, to judge that ranking; and
+    "coreference" (the two sentences of the test, the pronoun and the two nouns it may refer to).
 
     Examples
     --------
     >>> sorted(course_sentences())
-    ['about', 'census', 'coreference', 'pairs']
+    ['about', 'census', 'coreference', 'held_out_pairs', 'pairs']
     """
     from importlib.resources import files
 

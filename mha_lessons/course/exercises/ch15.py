@@ -1,4 +1,4 @@
-"""Checkers for chapter 11 (what the heads of a real model do)."""
+"""Checkers for chapter 15 (what the heads of a real model do)."""
 
 import numpy as np
 
