@@ -58,6 +58,8 @@ def portable(value, digits=GLUE_DIGITS):
 
 # A listing longer than this many lines starts folded on the page: a reader opens it when wanted.
 FOLD_OVER = 25
+# The characters of code the text column shows at 1280 px with room for other fonts (it holds about 86).
+LISTING_FITS = 80
 
 
 def python_object(obj):
@@ -116,13 +118,33 @@ def show_source(*objs):
 
     code = "\n\n\n".join(source_without_docstring(obj) for obj in objs)
     count = code.count("\n") + 1
-    if count <= FOLD_OVER:
+    note = listing_width_note(code)
+    if count <= FOLD_OVER and not note:
         display(Code(code, language="python"))
         return
-    names = ", ".join(f"<code>{python_object(obj).__qualname__}</code>" for obj in objs)
-    html = (f"<details><summary>The code of {names} ({count} lines): click to open</summary>"
-            f"{Code(code, language='python')._repr_html_()}</details>")
-    display({"text/html": html, "text/plain": code}, raw=True)
+    listing = note + Code(code, language="python")._repr_html_()
+    if count > FOLD_OVER:
+        names = ", ".join(f"<code>{python_object(obj).__qualname__}</code>" for obj in objs)
+        listing = f"<details><summary>The code of {names} ({count} lines): click to open</summary>{listing}</details>"
+    display({"text/html": listing, "text/plain": code}, raw=True)
+
+
+def listing_width_note(code):
+    """The line a listing wider than the text column carries above it ('' if it fits): how wide it is.
+
+    The chapters' own code is wrapped to ``LISTING_FITS`` characters; the package's source may be wider, and
+    then says so rather than scrolling without warning (tests/test_browser.py looks for the note's class).
+
+    >>> listing_width_note("x = 1")
+    ''
+    >>> listing_width_note("y = " + "1" * 90)
+    '<p class="mha-listing-width">Its widest line has 94 characters: where the column is narrower, scroll sideways.</p>'
+    """
+    widest = max(len(line) for line in code.splitlines())
+    if widest <= LISTING_FITS:
+        return ""
+    return (f'<p class="mha-listing-width">Its widest line has {widest} characters: where the column is '
+            "narrower, scroll sideways.</p>")
 
 
 def format_table(matrix, row_labels=None, col_labels=None, fmt="{:.3f}"):
