@@ -838,28 +838,7 @@ def test_the_phone_check_sees_a_page_that_a_long_word_pushes_sideways(site, brow
 # fails on a page over its count, and on a page under it (lower the count). The details (section, first line,
 # characters of the widest line, pixels) go to _build/screenshots/widths/<page>.json, with folded code cells and
 # printed outputs, which are reported but not counted.
-KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
-    "book/01_scaled_dot_product_attention": {"code": (0, 24), "listing": (1, 3), "table": (0, 0)},
-    "book/02_why_sqrt_dk": {"code": (0, 15), "listing": (3, 3), "table": (0, 0)},
-    # the five steps' table fits on a phone: each row a card there (book/_static/course.css)
-    "book/03_multi_head_attention": {"code": (0, 16), "listing": (1, 1), "table": (0, 0)},
-    "book/04_cost": {"code": (0, 16), "listing": (0, 1), "table": (0, 0)},
-    "book/05_gradients": {"code": (0, 19), "listing": (5, 5), "table": (0, 0)},
-    "book/06_masks": {"code": (0, 17), "listing": (2, 2), "table": (0, 0)},
-    "book/07_efficient_attention": {"code": (0, 14), "listing": (5, 5), "table": (0, 0)},
-    "book/08_attention_on_a_gpu": {"code": (0, 10), "listing": (2, 2), "table": (0, 0)},
-    "book/09_kv_cache": {"code": (0, 12), "listing": (1, 1), "table": (0, 0)},
-    "book/10_serving_the_cache": {"code": (0, 10), "listing": (1, 2), "table": (0, 0)},
-    "book/11_heads_across_processes": {"code": (0, 13), "listing": (4, 4), "table": (0, 1)},
-    "book/12_sequences_across_processes": {"code": (0, 10), "listing": (0, 0), "table": (0, 0)},
-    "book/13_one_head_two_jobs": {"code": (0, 11), "listing": (2, 3), "table": (0, 0)},
-    "book/14_induction_heads": {"code": (0, 9), "listing": (0, 0), "table": (0, 0)},
-    "book/15_real_model_heads": {"code": (0, 15), "listing": (1, 2), "table": (0, 0)},
-    # the nine tables fit on a phone: each row a card there, its columns named (book/_static/course.css)
-    "book/notation": {"code": (0, 0), "listing": (0, 0), "table": (0, 0)},
-    # no code or table; its long URLs break where they must (div.citation in book/_static/course.css)
-    "book/references": {"code": (0, 0), "listing": (0, 0), "table": (0, 0)},
-}
+KNOWN_WIDE = {}  # page: {kind: (count at 1280 px, count at 400 px)}; every page fits now
 
 WIDTHS_JS = """
 const art = document.querySelector('main article') || document.querySelector('main');
