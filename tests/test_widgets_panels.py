@@ -139,6 +139,7 @@ def test_a_value_off_the_grid_is_refused_by_name(small_scaling):
         panels.Slider("h", "h", (1, 2), 5)
 
 
+@pytest.mark.slow   # draws every state of two chapters' panels (30 s); make test runs it, make check does not
 def test_chapter_panels_fit_the_size_budget():
     # a page's first load should stay under about 2 MB, the site's own assets included
     sizes = {"scaling": panels.scaling_panel().size_bytes(), "cost": panels.cost_panel().size_bytes()}
