@@ -422,6 +422,26 @@ def test_the_census_by_norm_against_a_loop():
     assert abs(by_weight["[CLS]"][layer, head] - census["[CLS]"][layer, head]) > 0.1  # the two measures differ
 
 
+def test_the_census_over_word_queries_matches_bert(bert):
+    """queries="words" leaves out the rows of the queries [CLS] and [SEP]: recomputed from BertModel's modules."""
+    model = P.load_minilm()
+    texts = TEXTS[:3]
+    moved, lengths = torch_norm_weighted(bert, texts, model)  # (L, B, h, n, n), ||a_ij v~_j|| from BertModel
+    census = P.head_census(texts, model=model, measure="norm", queries="words")
+    everything = P.head_census(texts, model=model, measure="norm")
+    cls, prev = [], []
+    for b, n in enumerate(lengths):
+        rows = moved[:, b, :, 1:n - 1, :n]  # (L, h, n - 2, n): the word queries 1 .. n - 2
+        rows = rows / rows.sum(-1, keepdims=True)
+        cls.append(rows[..., 0].mean(-1))
+        prev.append(np.mean([rows[..., i - 1, i - 1] for i in range(1, n - 1)], axis=0))  # query i, key i - 1
+    np.testing.assert_allclose(census["[CLS]"], np.mean(cls, axis=0), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(census["previous"], np.mean(prev, axis=0), rtol=0, atol=1e-10)
+    assert np.abs(everything["[CLS]"] - census["[CLS]"]).max() > 0.05  # leaving the two rows out matters
+    with pytest.raises(ValueError, match="queries must be 'all' or 'words', got 'cls'"):
+        P.head_census(texts, model=model, queries="cls")
+
+
 def test_transformed_values_checks_its_input_once(monkeypatch, model32):
     from test_checks_once import checks_entered
 
