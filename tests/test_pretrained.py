@@ -499,6 +499,13 @@ def test_the_shipped_sentences():
     assert len(data["pairs"]) % 2 == 0 and len(data["held_out_pairs"]) % 2 == 0  # paraphrases, then as many others
     coref = data["coreference"]
     assert coref["tired"].replace("tired", "wide") == coref["wide"]
+    more = data["coreference_pairs"]
+    assert len(more) >= 10 and coref["tired"] not in {p["first"] for p in more}
+    for p in more:  # minimal pairs: the same up to the pronoun, each word of the test once in each sentence
+        a, b = (P.tokenize([p[key]])[2][0] for key in ("first", "second"))
+        i = a.index(p["pronoun"])
+        assert a[:i + 1] == b[:i + 1] and a != b
+        assert all(t.count(w) == 1 for t in (a, b) for w in [p["pronoun"], *p["candidates"]])
 
 
 # ---------------------------------------------------------------- chapter 15's exercise checkers, as a learner writes
