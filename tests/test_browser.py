@@ -852,7 +852,7 @@ KNOWN_WIDE = {  # page: {kind: (count at 1280 px, count at 400 px)}
     "book/12_sequences_across_processes": {"code": (0, 10), "listing": (0, 0), "table": (0, 0)},
     "book/13_one_head_two_jobs": {"code": (0, 11), "listing": (2, 3), "table": (0, 0)},
     "book/14_induction_heads": {"code": (0, 9), "listing": (0, 0), "table": (0, 0)},
-    "book/15_real_model_heads": {"code": (0, 15), "listing": (1, 2), "table": (0, 0)},
+    "book/15_real_model_heads": {"code": (0, 17), "listing": (1, 2), "table": (0, 0)},
     # the nine tables fit on a phone: each row a card there, its columns named (book/_static/course.css)
     "book/notation": {"code": (0, 0), "listing": (0, 0), "table": (0, 0)},
     # no code or table; its long URLs break where they must (div.citation in book/_static/course.css)
