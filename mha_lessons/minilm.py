@@ -220,12 +220,14 @@ def course_sentences():
     A dict: "census" (a list of sentences); "pairs" and "held_out_pairs" (lists of [sentence,
     sentence]: paraphrases first, then as many unrelated pairs), the first to rank heads by the
     effect of removing each, the second, with sentences of its own, to judge that ranking; and
-    "coreference" (the two sentences of the test, the pronoun and the two nouns it may refer to).
+    "coreference" (the two sentences of the test, the pronoun and the two nouns it may refer to); and
+    "coreference_pairs", more pairs of that kind (dicts: "first", where the pronoun refers to the first
+    of "candidates", "second", where it refers to the second, and "pronoun").
 
     Examples
     --------
     >>> sorted(course_sentences())
-    ['about', 'census', 'coreference', 'held_out_pairs', 'pairs']
+    ['about', 'census', 'coreference', 'coreference_pairs', 'held_out_pairs', 'pairs']
     """
     from importlib.resources import files
 

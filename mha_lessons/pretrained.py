@@ -75,13 +75,14 @@ def pattern_masks(tokens):
     }
 
 
-def head_census(texts, *, model=None, measure="weight"):
+def head_census(texts, *, model=None, measure="weight", queries="all"):
     """Each head's average attention to each pattern of ``PATTERNS``, and its average entropy.
 
     For every sentence and head, the weight a query gives to the keys of a pattern is summed over
-    those keys and averaged over the sentence's queries (all of them, [CLS] and [SEP] included);
-    then averaged over the sentences, each sentence counting once. The entropy is that of each
-    query's row, in nats, averaged the same way.
+    those keys and averaged over the sentence's queries (all of them, [CLS] and [SEP] included;
+    with ``queries="words"`` only the queries between them); then averaged over the sentences,
+    each sentence counting once. The entropy is that of each query's row, in nats, averaged the
+    same way.
 
     With ``measure="norm"`` each query's row is ``norm_weighted_attention``'s, ||a_ij ṽ_j||, divided
     by its sum: the share of what the head moves to that query, rather than of its weight.
@@ -98,9 +99,14 @@ def head_census(texts, *, model=None, measure="weight"):
     >>> by_norm = head_census(["The cat sat."], measure="norm")
     >>> bool(by_norm["[CLS]"].mean() < head_census(["The cat sat."])["[CLS]"].mean())
     True
+    >>> words = head_census(["The cat sat."], queries="words")   # [CLS]'s and [SEP]'s rows left out
+    >>> bool(words["self"].mean() != head_census(["The cat sat."])["self"].mean())
+    True
     """
     if measure not in ("weight", "norm"):
         raise ValueError(f"measure must be 'weight' or 'norm', got {measure!r}")
+    if queries not in ("all", "words"):
+        raise ValueError(f"queries must be 'all' or 'words', got {queries!r}")
     model = _model(model)
     out = run(texts, model=model)  # one padded batch
     rows = out.weights
@@ -111,9 +117,11 @@ def head_census(texts, *, model=None, measure="weight"):
     sums = {name: 0.0 for name in PATTERNS + ("entropy",)}
     for b, (tokens, n) in enumerate(zip(out.tokens, out.lengths)):
         weights = rows[:, b, :, :n, :n]  # (L, B, h, n_max, n_max) -> (L, h, n, n): this sentence
+        kept = slice(1, n - 1) if queries == "words" else slice(0, n)  # the query rows averaged
         for name, mask in pattern_masks(tokens).items():
-            sums[name] = sums[name] + (weights * mask).sum(axis=-1).mean(axis=-1)  # (L, h, n) -> (L, h)
-        sums["entropy"] = sums["entropy"] + entropy(weights).mean(axis=-1)  # (L, h, n) -> (L, h)
+            # (L, h, n, n) -> (L, h, n) -> (L, h)
+            sums[name] = sums[name] + (weights * mask).sum(axis=-1)[..., kept].mean(axis=-1)
+        sums["entropy"] = sums["entropy"] + entropy(weights)[..., kept].mean(axis=-1)  # (L, h, n) -> (L, h)
     return {name: total / len(texts) for name, total in sums.items()}
 
 

@@ -422,6 +422,26 @@ def test_the_census_by_norm_against_a_loop():
     assert abs(by_weight["[CLS]"][layer, head] - census["[CLS]"][layer, head]) > 0.1  # the two measures differ
 
 
+def test_the_census_over_word_queries_matches_bert(bert):
+    """queries="words" leaves out the rows of the queries [CLS] and [SEP]: recomputed from BertModel's modules."""
+    model = P.load_minilm()
+    texts = TEXTS[:3]
+    moved, lengths = torch_norm_weighted(bert, texts, model)  # (L, B, h, n, n), ||a_ij v~_j|| from BertModel
+    census = P.head_census(texts, model=model, measure="norm", queries="words")
+    everything = P.head_census(texts, model=model, measure="norm")
+    cls, prev = [], []
+    for b, n in enumerate(lengths):
+        rows = moved[:, b, :, 1:n - 1, :n]  # (L, h, n - 2, n): the word queries 1 .. n - 2
+        rows = rows / rows.sum(-1, keepdims=True)
+        cls.append(rows[..., 0].mean(-1))
+        prev.append(np.mean([rows[..., i - 1, i - 1] for i in range(1, n - 1)], axis=0))  # query i, key i - 1
+    np.testing.assert_allclose(census["[CLS]"], np.mean(cls, axis=0), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(census["previous"], np.mean(prev, axis=0), rtol=0, atol=1e-10)
+    assert np.abs(everything["[CLS]"] - census["[CLS]"]).max() > 0.05  # leaving the two rows out matters
+    with pytest.raises(ValueError, match="queries must be 'all' or 'words', got 'cls'"):
+        P.head_census(texts, model=model, queries="cls")
+
+
 def test_transformed_values_checks_its_input_once(monkeypatch, model32):
     from test_checks_once import checks_entered
 
@@ -479,6 +499,13 @@ def test_the_shipped_sentences():
     assert len(data["pairs"]) % 2 == 0 and len(data["held_out_pairs"]) % 2 == 0  # paraphrases, then as many others
     coref = data["coreference"]
     assert coref["tired"].replace("tired", "wide") == coref["wide"]
+    more = data["coreference_pairs"]
+    assert len(more) >= 10 and coref["tired"] not in {p["first"] for p in more}
+    for p in more:  # minimal pairs: the same up to the pronoun, each word of the test once in each sentence
+        a, b = (P.tokenize([p[key]])[2][0] for key in ("first", "second"))
+        i = a.index(p["pronoun"])
+        assert a[:i + 1] == b[:i + 1] and a != b
+        assert all(t.count(w) == 1 for t in (a, b) for w in [p["pronoun"], *p["candidates"]])
 
 
 # ---------------------------------------------------------------- chapter 15's exercise checkers, as a learner writes
