@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import reading_time  # noqa: E402
 
 CHAPTERS = 15
-TOLERANCE = 0.3   # a stated time may differ from the script's by this fraction before the intro must be updated
+TOLERANCE = 0.15   # a stated time may differ from the script's by this fraction before the intro must be updated
 PATHS = ("core", "systems", "interpretability")
 
 
