@@ -72,6 +72,20 @@ def drop_hand_numbers(app, doctree):
         break  # the page's title only
 
 
+def static_changed(app, env, added, changed, removed):
+    """The intro, rebuilt when a file of book/_static is newer than its copy in the site: Sphinx copies the static
+    files only when it writes a page, so an edit of course.css alone would otherwise never reach the site."""
+    from pathlib import Path
+
+    source, built = Path(app.srcdir) / "book" / "_static", Path(app.outdir) / "_static"
+    for path in source.glob("*"):
+        copy = built / path.name
+        if path.is_file() and (not copy.exists() or copy.stat().st_mtime < path.stat().st_mtime):
+            return [env.config.root_doc]
+    return []
+
+
 def setup(app):
     app.connect("doctree-read", drop_hand_numbers, priority=400)  # before Sphinx collects the titles (500)
+    app.connect("env-get-outdated", static_changed)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
