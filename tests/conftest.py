@@ -32,6 +32,26 @@ LONGEST_FIRST = ("tests/test_wheel.py", "tests/test_browser.py", "tests/test_lab
                  "tests/test_induction.py", "tests/test_pretrained.py", "tests/test_parallel.py")
 
 
+# The browser test is the longest file by far (every page in Chromium: axe in three settings, folds, the quiz by
+# mouse and keyboard, widths: about a minute a page). As one unit it kept one worker busy for a quarter of an hour
+# while the other finished everything else, so its pages are units of their own: each worker starts its own
+# Chromium and web server (module fixtures) and takes pages as it comes free. Site-wide tests stay one unit.
+SPLIT_BY_PAGE = "tests/test_browser.py"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist", None) != "loadscope":
+        return None                                   # xdist's own scheduler for any other --dist
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BrowserPagesApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            page = re.search(r"\[(book/\w+)", nodeid) if nodeid.startswith(SPLIT_BY_PAGE + "::") else None
+            return f"{SPLIT_BY_PAGE}::{page[1]}" if page else super()._split_scope(nodeid)
+
+    return BrowserPagesApart(config, log)
+
+
 def unit_of(item, root):
     """The file an item belongs to, relative to the root: pytest-xdist's unit of work under loadscope."""
     try:

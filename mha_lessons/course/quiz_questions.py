@@ -140,8 +140,7 @@ class Numeric(Question):
         return shown(self.key, self.digits)
 
     def browser(self):
-        other = (f"<strong>Not quite</strong>, and not one of the slips this question knows. "
-                 f"{_see_html(self.see)} Then try again, or show the answer.")
+        other = (f"<strong>Not quite.</strong> {_see_html(self.see)} Then try again, or show the answer.")
         return {"kind": "number", "key": _portable(self.key), "abs": self.absolute, "rel": self.relative,
                 "mistakes": [{"value": _portable(m.value), "html": self.wrong_html(m)} for m in self.mistakes],
                 "right": self.right_html(), "other": other, "answer": self.answer_html()}
