@@ -299,6 +299,18 @@ def axe_source():
         return archive.extractfile("package/axe.min.js").read().decode()
 
 
+AXE_JS = ("const done = arguments[arguments.length - 1];"
+          "axe.run(arguments[0] || document, {resultTypes: ['violations']}).then(r => done(r.violations"
+          ".map(v => v.impact + ' ' + v.id + ' (' + v.help + '): ' + v.nodes.slice(0, 3)"
+          ".map(n => n.html.slice(0, 160)).join(' | '))), e => done(['axe failed: ' + e]));")
+
+
+def axe_violations(browser, element=None):
+    """axe-core's violations of any impact in ``element`` (the whole page without one), one line each; axe must
+    be loaded in the page (``axe_source``)."""
+    return browser.execute_async_script(AXE_JS, element)
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_axe_finds_no_violation_of_any_impact(site, browser, axe_source, entry):
     """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load):
@@ -314,12 +326,7 @@ def test_axe_finds_no_violation_of_any_impact(site, browser, axe_source, entry):
             for theme in themes:
                 browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
                 settle(browser)
-                found[theme] = browser.execute_async_script(
-                    "const done = arguments[arguments.length - 1];"
-                    "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations"
-                    ".map(v => v.impact + ' ' + v.id + ' (' + v.help + '): ' + v.nodes.slice(0, 3)"
-                    ".map(n => n.html.slice(0, 160)).join(' | '))), e => done(['axe failed: ' + e]));"
-                )
+                found[theme] = axe_violations(browser)
         finally:
             phone(browser, False)
         for theme, violations in found.items():
@@ -457,11 +464,7 @@ def test_check_yourself_answers_with_its_feedback_in_a_real_browser(site, browse
                 "return (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) / 255 > 0.5;", block)
             assert light == (mode == "dark"), f"{entry}: in the {mode} theme the block's text is {'light' if light else 'dark'}"
             browser.execute_script(axe_source)
-            violations = browser.execute_async_script(
-                "const done = arguments[arguments.length - 1];"
-                "axe.run(arguments[0], {resultTypes: ['violations']}).then(r => done(r.violations"
-                ".map(v => v.impact + ' ' + v.id + ': ' + v.nodes.slice(0, 3).map(n => n.html.slice(0, 120))"
-                ".join(' | '))), e => done(['axe failed: ' + e]));", block)
+            violations = axe_violations(browser, block)
             assert violations == [], f"{entry}, {mode} theme, answered block: " + "\n".join(violations)
         browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
         block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_1280_dark.png"))
@@ -669,11 +672,7 @@ def test_every_fold_looks_and_opens_alike_with_the_keyboard(site, browser, axe_s
         for theme in ("light", "dark"):   # open: its header and what it holds (closed, the page's axe test sees it)
             browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
             settle(browser)
-            violations = browser.execute_async_script(
-                "const done = arguments[arguments.length - 1];"
-                "axe.run(arguments[0], {resultTypes: ['violations']}).then(r => done(r.violations"
-                ".map(v => v.impact + ' ' + v.id + ': ' + v.nodes.slice(0, 2).map(n => n.html.slice(0, 120))"
-                ".join(' | '))), e => done(['axe failed: ' + e]));", fold)
+            violations = axe_violations(browser, fold)
             assert violations == [], f"{entry}, the {kind}, open, {theme} theme: " + "\n".join(violations)
         browser.execute_script("document.documentElement.dataset.theme = 'light'; arguments[0].open = true;"
                                "arguments[1].focus();", fold, summary)

@@ -141,7 +141,7 @@ def test_the_ablation_changes_only_layer_2s_keys(rng):
     expected = M.multihead_attention(x1, x0, x1, model.attn2, M.causal_mask(8))[1]
     np.testing.assert_allclose(w2_ablated, expected, rtol=1e-12)
     assert not np.allclose(w2, w2_ablated)
-    np.testing.assert_array_equal(forward(model, tokens, ablate_layer1_in_keys="zero")[2], w2_ablated)
+    same_but_for_rounding(forward(model, tokens, ablate_layer1_in_keys="zero")[2], w2_ablated)   # the same path, named
 
 
 def torch_ablated(model, tokens, kind):
