@@ -3,6 +3,9 @@
 Needs `make book` first (`make test` does it) and Debian's `chromium` and `chromium-driver`
 (`.ci/run` installs them). Where the site or the browser is missing the tests say so loudly; under
 CI=true that is a failure, elsewhere a skip that names what to run or install. Screenshots land in _build/screenshots/.
+
+Each page is loaded once at 1280 px and once at 400 px (test_the_page_at_1280_px, test_the_page_on_a_phone), and
+every check of that width runs on that load as a subtest (the `check_*` functions below say what each asserts).
 """
 
 import functools
@@ -18,7 +21,8 @@ from urllib.parse import urljoin, urlparse
 
 import pytest
 
-# `slow`: not in make check (pytest-xdist runs the whole file on one worker: one server, one Chromium)
+# `slow`: not in make check (under pytest-xdist each page is a unit of its own, tests/conftest.py; each worker starts
+# one server and one Chromium, module fixtures)
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,17 +124,10 @@ def test_no_page_loads_anything_from_another_host():
         assert match is None, f"{page.relative_to(HTML)} loads {match.group(0)!r}... from another host"
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
-def test_page_in_a_real_browser(site, browser, entry):
-    url = urljoin(site, f"{entry}.html")
-    browser.get_log("browser")  # drop what earlier pages logged
-    browser.get(url)
+def check_the_page(browser, site, entry, typeset):
+    """Math typeset, nothing raw left, every image loaded, no other host asked, the widget snapshots shown, the
+    launch buttons and the download pointing at the reader notebook, every chapter in the sidebar."""
     has_math = browser.execute_script("return document.querySelectorAll('.math, .math-wrapper').length > 0;")
-    typeset = browser.execute_async_script(
-        "const done = arguments[arguments.length - 1];"
-        "if (!window.MathJax || !MathJax.startup) { done('no MathJax'); return; }"
-        "MathJax.startup.promise.then(() => done('ok'), e => done('error: ' + e));"
-    )
     # Sphinx loads MathJax only on pages with math (the list of references has none).
     assert typeset == "ok" or (typeset == "no MathJax" and not has_math), f"{entry}: MathJax did not run ({typeset})"
     # Widgets render after load; give the manager a moment when the page has some.
@@ -190,14 +187,6 @@ def test_page_in_a_real_browser(site, browser, entry):
     for other in ENTRIES:
         assert f"/{other}.html" in paths, f"{entry}: the sidebar has no link to {other}"
 
-    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert errors == [], f"{entry}: console errors: {errors}"
-
-    height = browser.execute_script("return document.documentElement.scrollHeight;")
-    browser.set_window_size(1280, min(height, 16000))
-    browser.save_screenshot(str(SHOTS / f"{entry.replace('/', '_')}.png"))
-    browser.set_window_size(1280, 1000)
-
 
 def panel_pages():
     """The chapters whose stored outputs hold a precomputed panel (mha_lessons/course/panels.py)."""
@@ -232,14 +221,12 @@ def test_there_are_panels_on_the_three_chapters_with_sliders():
         assert any(page.endswith(chapter) for page in pages), f"{chapter} shows no precomputed panel"
 
 
-@pytest.mark.parametrize("entry", panel_pages())
-def test_every_control_on_the_page_redraws_with_the_keyboard(site, browser, entry):
+def check_every_control_redraws_with_the_keyboard(browser, site, entry):
     """Each slider moved with the arrow keys (each check box with the space bar) changes what it drives."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     browser.get_log("browser")
-    browser.get(urljoin(site, f"{entry}.html"))
     panels = browser.find_elements(By.CSS_SELECTOR, ".mha-panel")
     assert panels, f"{entry}: no panel on the page"
     moved = 0
@@ -306,31 +293,15 @@ AXE_JS = ("const done = arguments[arguments.length - 1];"
 
 
 def axe_violations(browser, element=None):
-    """axe-core's violations of any impact in ``element`` (the whole page without one), one line each; axe must
-    be loaded in the page (``axe_source``)."""
+    """axe-core's violations of any impact in ``element`` (the whole page without one; several elements as
+    ``{"include": [...]}``), one line each; axe must be loaded in the page (``axe_source``)."""
     return browser.execute_async_script(AXE_JS, element)
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
-def test_axe_finds_no_violation_of_any_impact(site, browser, axe_source, entry):
-    """Every page, the theme's parts included, after its scripts ran (the solution toggles are made on load):
-    no violation at all, minor and moderate included, at 1280 px in the light and the dark theme and on a 400 px
-    phone (where tables turn into cards and a panel's figure scrolls in its box)."""
-    for width, themes in ((1280, ("light", "dark")), (PHONE_WIDTH, ("light",))):
-        phone(browser, width == PHONE_WIDTH)
-        try:
-            browser.get(urljoin(site, f"{entry}.html"))        # loaded once per width: MathJax is the slow part
-            wait_for_math(browser)
-            browser.execute_script(axe_source)
-            found = {}
-            for theme in themes:
-                browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
-                settle(browser)
-                found[theme] = axe_violations(browser)
-        finally:
-            phone(browser, False)
-        for theme, violations in found.items():
-            assert violations == [], f"{entry}, {width} px, {theme} theme: " + "\n".join(violations)
+def switch_theme(browser, theme):
+    """Show the page in the light or the dark theme, once every colour has faded in."""
+    browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
+    settle(browser)
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -416,19 +387,16 @@ def check_feedback(entry, shown, verdict, markup):
     assert all(found for _, found in shown["links"]), f"{entry}: a link to a section that is not on the page: {shown}"
 
 
-@pytest.mark.parametrize("entry", quiz_pages())
-def test_check_yourself_answers_with_its_feedback_in_a_real_browser(site, browser, axe_source, entry):
-    """Every question of every block: a wrong option (a listed wrong number) shows its own feedback, linking to a
-    section of the page; the right one the confirmation; a number inside the tolerance is right, one outside that
-    matches no listed mistake gets the general feedback. Then a reload: the answers come back, and "Forget" clears
-    them. axe-core on the answered block, light and dark, and no console error."""
+def answer_every_question(browser, entry):
+    """Every question of every block, by mouse: a wrong option (a listed wrong number) shows its own feedback,
+    linking to a section of the page; the right one the confirmation; a number inside the tolerance is right, one
+    outside that matches no listed mistake gets the general feedback; the score counts them. The page was loaded
+    with no answer stored (first_visit). Returns the blocks, answered."""
     from selenium.webdriver.common.by import By
 
     browser.get_log("browser")
-    browser.get(urljoin(site, f"{entry}.html"))
-    browser.execute_script("Object.keys(localStorage).filter(k => k.startsWith('mha-lessons-quiz:'))"
-                           ".forEach(k => localStorage.removeItem(k)); location.reload();")
-    wait_for_math(browser)
+    assert browser.execute_script("return Object.keys(localStorage).filter(k => k.startsWith('mha-lessons-quiz:'))"
+                                  ".length;") == 0, f"{entry}: answers stored before the block was answered"
     blocks = browser.find_elements(By.CSS_SELECTOR, ".mha-quiz")
     assert blocks, f"{entry}: no Check yourself block"
     for block in blocks:
@@ -456,21 +424,26 @@ def test_check_yourself_answers_with_its_feedback_in_a_real_browser(site, browse
             check_feedback(entry, browser.execute_script(FEEDBACK_JS, box), "answer", q["answer"])
         score = block.find_element(By.CSS_SELECTOR, ".mha-quiz-score").text
         assert score == f"{len(boxes)} of {len(boxes)} answered right.", score
-        for mode in ("light", "dark"):
-            browser.execute_script("document.documentElement.dataset.theme = arguments[0];", mode)
-            # the block takes the page's colours: dark text in the light theme, light text in the dark one
-            light = browser.execute_script(
-                "const c = getComputedStyle(arguments[0]).color.match(/\\d+/g).map(Number);"
-                "return (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) / 255 > 0.5;", block)
-            assert light == (mode == "dark"), f"{entry}: in the {mode} theme the block's text is {'light' if light else 'dark'}"
-            browser.execute_script(axe_source)
-            violations = axe_violations(browser, block)
-            assert violations == [], f"{entry}, {mode} theme, answered block: " + "\n".join(violations)
-        browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
-        block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_1280_dark.png"))
-        browser.execute_script("document.documentElement.dataset.theme = 'light';")
+    return blocks
 
-    # a reload: the answers come back from the browser's storage, and nothing else changes
+
+def check_the_answered_blocks_take_the_themes_colours(browser, entry, blocks, theme):
+    """The block takes the page's colours: dark text in the light theme, light text in the dark one."""
+    for block in blocks:
+        light = browser.execute_script(
+            "const c = getComputedStyle(arguments[0]).color.match(/\\d+/g).map(Number);"
+            "return (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) / 255 > 0.5;", block)
+        assert light == (theme == "dark"), f"{entry}: in the {theme} theme the block's text is {'light' if light else 'dark'}"
+        if theme == "dark":
+            browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
+            block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_1280_dark.png"))
+
+
+def check_the_answers_come_back_after_a_reload(browser, entry):
+    """A reload: the answers come back from the browser's storage, "Forget" clears them, and after another reload
+    nothing is stored; no console error or warning since the questions were answered."""
+    from selenium.webdriver.common.by import By
+
     browser.refresh()
     wait_for_math(browser)
     block = browser.find_elements(By.CSS_SELECTOR, ".mha-quiz")[0]
@@ -484,23 +457,23 @@ def test_check_yourself_answers_with_its_feedback_in_a_real_browser(site, browse
     assert [browser.execute_script(FEEDBACK_JS, box)["text"] for box in boxes] == [""] * len(boxes)
     assert block.find_element(By.CSS_SELECTOR, ".mha-quiz-score").text.startswith(f"0 of {len(boxes)}")
     browser.refresh()
+    wait_for_math(browser)
     assert browser.execute_script("return Object.keys(localStorage).filter(k => k.startsWith('mha-lessons-quiz:'))"
                                   ".length;") == 0
     errors = [e["message"] for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert errors == [], f"{entry}: console errors: {errors}"
 
 
-@pytest.mark.parametrize("entry", quiz_pages())
-def test_check_yourself_with_the_keyboard_alone_and_on_a_phone(site, browser, entry):
-    """The first question answered with keys only: Tab into the block, the arrow keys choose an option (or the
-    digits are typed), Tab to Check and Space (or Enter in the field) shows the feedback; every control shows a
-    focus ring. On a 400 px phone the block fits the screen and the page does not scroll sideways."""
+
+
+def check_yourself_with_the_keyboard_alone(browser, entry):
+    """The first question answered with keys only, on a page with no answer shown: Tab into the block, the arrow
+    keys choose an option (or the digits are typed), Tab to Check and Space (or Enter in the field) shows the
+    feedback; every control shows a focus ring."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    browser.get(urljoin(site, f"{entry}.html"))
-    wait_for_math(browser)
     block = browser.find_element(By.CSS_SELECTOR, ".mha-quiz")
     data = browser.execute_script("return JSON.parse(arguments[0].querySelector('script.mha-quiz-data')"
                                   ".textContent);", block)
@@ -536,21 +509,20 @@ def test_check_yourself_with_the_keyboard_alone_and_on_a_phone(site, browser, en
                                   "return [document.activeElement.tagName, s.outlineStyle, parseFloat(s.outlineWidth)];")
     assert ring[0] == "BUTTON" and ring[1] != "none" and ring[2] >= 2, f"{entry}: {ring}"
 
-    phone(browser, True)
-    try:
-        browser.get(urljoin(site, f"{entry}.html"))
-        wait_for_math(browser)
-        block = browser.find_element(By.CSS_SELECTOR, ".mha-quiz")
-        widths = page_width_on_a_phone(browser)
-        fits = browser.execute_script(
-            "const b = arguments[0]; const r = b.getBoundingClientRect();"
-            "const out = Array.from(b.querySelectorAll('*')).filter(e => e.getBoundingClientRect().right > r.right + 1)"
-            ".map(e => e.tagName + ': ' + (e.textContent || '').slice(0, 40));"
-            "return {right: r.right, scroll: b.scrollWidth, client: b.clientWidth, out: out.slice(0, 5)};", block)
-        browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
-        block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_400.png"))
-    finally:
-        phone(browser, False)
+
+def check_yourself_fits_a_phone(browser, entry):
+    """On a 400 px phone (the page loaded there) the block fits the screen and the page does not scroll sideways."""
+    from selenium.webdriver.common.by import By
+
+    block = browser.find_element(By.CSS_SELECTOR, ".mha-quiz")
+    widths = page_width_on_a_phone(browser)
+    fits = browser.execute_script(
+        "const b = arguments[0]; const r = b.getBoundingClientRect();"
+        "const out = Array.from(b.querySelectorAll('*')).filter(e => e.getBoundingClientRect().right > r.right + 1)"
+        ".map(e => e.tagName + ': ' + (e.textContent || '').slice(0, 40));"
+        "return {right: r.right, scroll: b.scrollWidth, client: b.clientWidth, out: out.slice(0, 5)};", block)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start', behavior: 'instant'});", block)
+    block.screenshot(str(SHOTS / f"quiz_{entry.replace('/', '_')}_400.png"))
     assert widths["page"] <= PHONE_WIDTH, f"{entry}: the page is {widths['page']} px wide at 400 px: {widths['wide']}"
     assert fits["right"] <= PHONE_WIDTH and fits["scroll"] <= fits["client"] + 1 and not fits["out"], f"{entry}: {fits}"
 
@@ -593,10 +565,13 @@ return out;
 def settle(browser):
     """Wait until every CSS transition and animation of the page has run (a theme switch fades colours in for
     150-300 ms: axe measuring contrast in the middle of it sees colours that the page never rests on), 5 s at most."""
-    browser.execute_async_script("const done = arguments[arguments.length - 1];"
-                                 "Promise.race([Promise.all(document.getAnimations().filter(a => !a.effect"
-                                 " || a.effect.getTiming().iterations !== Infinity).map(a => a.finished)),"
-                                 " new Promise(r => setTimeout(r, 5000))]).then(() => done(), () => done());")
+    # Polled, not awaited through each animation's `finished`: after a screenshot Chromium could leave those
+    # promises pending for seconds after the animations had ended.
+    browser.execute_async_script("const done = arguments[arguments.length - 1]; const t0 = performance.now();"
+                                 "const moving = () => document.getAnimations().some(a => a.playState !== 'finished'"
+                                 " && a.playState !== 'idle' && (!a.effect || a.effect.getTiming().iterations !== Infinity));"
+                                 "const poll = () => (!moving() || performance.now() - t0 > 5000) ? done()"
+                                 " : setTimeout(poll, 25); poll();")
 
 
 def quarter_turn(transform):
@@ -620,38 +595,27 @@ def test_some_page_shows_all_three_kinds_of_fold():
     assert any(e.endswith("05_gradients") for e in pages), pages
 
 
-@pytest.mark.parametrize("entry", fold_pages())
-def test_every_fold_looks_and_opens_alike_with_the_keyboard(site, browser, axe_source, entry):
-    """Code toggles, dropdowns and folded listings share one style at 1280 and 400 px, light and dark: the card's
-    shadow and corners, the header's shading, bar, font and padding, a chevron of one size that turns a quarter when
-    open, no list marker. Each opens with Enter and closes with Space, shows the focus ring, and axe finds nothing
-    in it once open (a code block that scrolls inside it included), in either theme."""
+def check_one_fold_style(browser, entry, width, theme):
+    """Code toggles, dropdowns and folded listings share one style (in the theme shown): the card's shadow and
+    corners, the header's shading, bar, font and padding, a chevron of one size, no list marker."""
+    styles = browser.execute_script(FOLD_STYLE_JS, FOLDS)
+    assert len(styles) >= 2, f"{entry}: folds found: {list(styles)}"
+    first, reference = next(iter(styles.items()))
+    for kind, style in styles.items():
+        assert not style["marker"], f"{entry}: the {kind} shows a list marker"
+        for part in ("card", "header", "chevron"):
+            assert style[part] == reference[part], (
+                f"{entry}, {width} px, {theme}: the {kind}'s {part} differs from the {first}'s: "
+                f"{ {k: (v, reference[part][k]) for k, v in style[part].items() if v != reference[part][k]} }")
+
+
+def open_the_first_fold_of_each_kind(browser, entry):
+    """The first fold of each kind opens with Enter, shows the focus ring, and its chevron turns a quarter. Returns
+    {kind: (selector, fold, summary)} of those opened."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
 
-    for width in (1280, PHONE_WIDTH):
-        phone(browser, width == PHONE_WIDTH)
-        try:
-            browser.get(urljoin(site, f"{entry}.html"))
-            wait_for_math(browser)
-            for theme in ("light", "dark"):
-                browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
-                settle(browser)
-                styles = browser.execute_script(FOLD_STYLE_JS, FOLDS)
-                assert len(styles) >= 2, f"{entry}: folds found: {list(styles)}"
-                first, reference = next(iter(styles.items()))
-                for kind, style in styles.items():
-                    assert not style["marker"], f"{entry}: the {kind} shows a list marker"
-                    for part in ("card", "header", "chevron"):
-                        assert style[part] == reference[part], (
-                            f"{entry}, {width} px, {theme}: the {kind}'s {part} differs from the {first}'s: "
-                            f"{ {k: (v, reference[part][k]) for k, v in style[part].items() if v != reference[part][k]} }")
-        finally:
-            phone(browser, False)
-
-    browser.get(urljoin(site, f"{entry}.html"))
-    wait_for_math(browser)
-    browser.execute_script(axe_source)
+    opened = {}
     for kind, selector in FOLDS.items():
         folds = [f for f in browser.find_elements("css selector", selector) if f.size["height"] > 0]
         if not folds:
@@ -666,16 +630,22 @@ def test_every_fold_looks_and_opens_alike_with_the_keyboard(site, browser, axe_s
         ring = browser.execute_script("const s = getComputedStyle(document.activeElement);"
                                       "return [s.outlineStyle, parseFloat(s.outlineWidth)];")
         assert ring[0] != "none" and ring[1] >= 2, f"{entry}: the {kind} shows no focus ring: {ring}"
-        settle(browser)   # the chevron's quarter turn
+        opened[kind] = (selector, fold, summary)
+    settle(browser)   # the chevrons' quarter turn
+    for kind, (selector, fold, summary) in opened.items():
         turned = browser.execute_script(FOLD_STYLE_JS, {kind: selector})[kind]["turned"]
         assert quarter_turn(turned), f"{entry}: the {kind}'s chevron does not turn a quarter when open: {turned}"
-        for theme in ("light", "dark"):   # open: its header and what it holds (closed, the page's axe test sees it)
-            browser.execute_script("document.documentElement.dataset.theme = arguments[0];", theme)
-            settle(browser)
-            violations = axe_violations(browser, fold)
-            assert violations == [], f"{entry}, the {kind}, open, {theme} theme: " + "\n".join(violations)
-        browser.execute_script("document.documentElement.dataset.theme = 'light'; arguments[0].open = true;"
-                               "arguments[1].focus();", fold, summary)
+    return opened
+
+
+def close_the_folds(browser, entry, opened):
+    """Each fold opened closes with Space (a screenshot of it closed)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    for kind, (selector, fold, summary) in opened.items():
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});"
+                               "arguments[0].focus();", summary)
         ActionChains(browser).send_keys(Keys.SPACE).perform()
         assert fold.get_attribute("open") is None, f"{entry}: Space did not close the {kind}"
         fold.screenshot(str(SHOTS / f"fold_{entry.replace('/', '_')}_{kind.replace(' ', '_')}.png"))
@@ -779,26 +749,16 @@ def page_width_on_a_phone(browser):
     return widths
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
-def test_no_page_scrolls_sideways_on_a_phone_and_equations_fit_the_column(site, browser, entry):
-    """(a) at 400 px no page is wider than the screen (long inline code wraps, wide equations and listings
-    scroll in their own box); (b) at 1280 px no display equation is wider than the text column."""
-    phone(browser, True)
-    try:
-        browser.get(urljoin(site, f"{entry}.html"))
-        wait_for_math(browser)
-        widths = page_width_on_a_phone(browser)
-        height = browser.execute_script("return document.documentElement.scrollHeight;")
-        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                                {"width": 400, "height": min(height, 16000), "deviceScaleFactor": 1, "mobile": True})
-        browser.save_screenshot(str(SHOTS / f"phone_{entry.replace('/', '_')}.png"))
-    finally:
-        phone(browser, False)
+def check_no_sideways_scroll_on_a_phone(browser, entry):
+    """At 400 px (the page loaded there) no page is wider than the screen: long inline code wraps, wide equations
+    and listings scroll in their own box."""
+    widths = page_width_on_a_phone(browser)
     assert widths["page"] <= widths["screen"], (
         f"{entry}: at {widths['screen']} px the page is {widths['page']} px wide; too wide: {widths['wide']}")
 
-    browser.get(urljoin(site, f"{entry}.html"))
-    wait_for_math(browser)
+
+def check_equations_fit_the_column(browser, entry):
+    """At 1280 px no display equation is wider than the text column."""
     wide = {(entry, e["number"]): e for e in browser.execute_script(EQUATIONS_JS) if e["width"] > e["column"] + 1}
     new = [f"{n} {e['width']} px in a {e['column']} px column: {e['text']}" for (_, n), e in wide.items()
            if (entry, n) not in KNOWN_WIDE_EQUATIONS]
@@ -871,34 +831,25 @@ return found;
 """
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
-def test_code_cells_listings_and_tables_fit_their_column_at_both_widths(site, browser, entry):
+def check_code_listings_and_tables_fit(browser, entry, width):
+    """What does not fit its column at this width (the page loaded at it) against KNOWN_WIDE; the details go to
+    _build/screenshots/widths/<page>_<width>.json."""
     import collections
 
-    found, counts = {}, {}
-    for width in (1280, PHONE_WIDTH):
-        phone(browser, width == PHONE_WIDTH)
-        try:
-            browser.get(urljoin(site, f"{entry}.html"))
-            wait_for_math(browser)
-            found[width] = browser.execute_script(WIDTHS_JS)
-        finally:
-            phone(browser, False)
-        counts[width] = collections.Counter(f["kind"] for f in found[width])
+    found = browser.execute_script(WIDTHS_JS)
+    counts = collections.Counter(f["kind"] for f in found)
     folder = SHOTS / "widths"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{entry.replace('/', '_')}.json").write_text(json.dumps(found, indent=1, ensure_ascii=False))
-    known = KNOWN_WIDE.get(entry, {})
-    summary = {kind: (counts[1280][kind], counts[PHONE_WIDTH][kind]) for kind in ("code", "listing", "table")}
-    print(f"{entry}: too wide for the column (1280 px, 400 px): {summary}; reported only: "
-          f"{ {k: (counts[1280][k], counts[PHONE_WIDTH][k]) for k in ('folded code (reported)', 'output (reported)')} }")
-    for kind, measured in summary.items():
-        allowed = known.get(kind, (0, 0))
-        for width, now, most in zip((1280, PHONE_WIDTH), measured, allowed):
-            wide = [f"{f['section']}: {f['chars']} characters, {f['width']} px in {f['column']} px: {f['first'][:50]!r}"
-                    for f in found[width] if f["kind"] == kind]
-            assert now <= most, f"{entry}: {now} {kind}(s) too wide at {width} px (at most {most}): {wide[:6]}"
-            assert now == most, f"{entry}: only {now} {kind}(s) too wide at {width} px now: lower KNOWN_WIDE to {now}"
+    (folder / f"{entry.replace('/', '_')}_{width}.json").write_text(json.dumps(found, indent=1, ensure_ascii=False))
+    column = 0 if width == 1280 else 1
+    print(f"{entry}: too wide for the column at {width} px: { {k: counts[k] for k in ('code', 'listing', 'table')} }; "
+          f"reported only: { {k: counts[k] for k in ('folded code (reported)', 'output (reported)')} }")
+    for kind in ("code", "listing", "table"):
+        now, most = counts[kind], KNOWN_WIDE.get(entry, {}).get(kind, (0, 0))[column]
+        wide = [f"{f['section']}: {f['chars']} characters, {f['width']} px in {f['column']} px: {f['first'][:50]!r}"
+                for f in found if f["kind"] == kind]
+        assert now <= most, f"{entry}: {now} {kind}(s) too wide at {width} px (at most {most}): {wide[:6]}"
+        assert now == most, f"{entry}: only {now} {kind}(s) too wide at {width} px now: lower KNOWN_WIDE to {now}"
 
 
 # The smallest text of a figure, as shown on the page, in CSS pixels: 9 points.
@@ -926,12 +877,11 @@ def figure_metadata(entry):
     return found
 
 
-@pytest.mark.parametrize("entry", [e for e in ENTRIES if is_notebook(e)])
-def test_every_figure_is_sharp_and_its_text_legible_at_the_width_shown(site, browser, entry):
+def check_every_figure_is_sharp_and_legible(browser, entry):
     """Each figure of a chapter is stored at twice its display size and, at the width the page shows it at
-    1280 px, its smallest text (recorded by mha_lessons.plotting.use_course_style) is at least 9 points."""
+    1280 px (every fold opened), its smallest text (recorded by mha_lessons.plotting.use_course_style) is at least
+    9 points."""
     meta = figure_metadata(entry)
-    browser.get(urljoin(site, f"{entry}.html"))
     browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true);")
     shown = browser.execute_script(
         "return Array.from(document.querySelectorAll('main .cell_output img')).map(i =>"
@@ -961,11 +911,8 @@ CODE_SHARE = 0.25
 KNOWN_CODE_HEAVY = set()
 
 
-@pytest.mark.parametrize("entry", [e for e in ENTRIES if is_notebook(e)])
-def test_the_page_shows_the_lesson_not_the_machinery(site, browser, entry):
+def check_the_lesson_not_the_machinery(browser, entry):
     """Visible code inputs take at most CODE_SHARE of the page's height; no glue call or nbval marker shows."""
-    browser.get(urljoin(site, f"{entry}.html"))
-    wait_for_math(browser)
     share = browser.execute_script(
         "const main = document.querySelector('main article') || document.querySelector('main');"
         "const inputs = Array.from(main.querySelectorAll('.cell_input')).filter(e => !e.closest('details:not([open])'));"
@@ -1002,22 +949,29 @@ def wire_bytes(site, url, size):
     return len(gzip.compress(data, 6)) if file.suffix in TEXT_TYPES else len(data)
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
-def test_a_first_visit_loads_under_two_megabytes(site, browser, entry):
-    """Everything a first visit loads (the page, styles, scripts, fonts, images), with an empty cache, as
-    a host that compresses text sends it; the uncompressed total is printed beside it."""
+def first_visit(browser, site, entry):
+    """Load ``entry`` at 1280 px as a first visit: an empty cache, no answer stored by an earlier run of this
+    browser, the console log emptied. Returns what MathJax said and what the page loaded, as (url, bytes)."""
+    browser.execute_cdp_cmd("Storage.clearDataForOrigin", {"origin": site.rstrip("/"), "storageTypes": "local_storage"})
     browser.execute_cdp_cmd("Network.enable", {})
     browser.execute_cdp_cmd("Network.clearBrowserCache", {})
     browser.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})
+    browser.get_log("browser")  # drop what earlier pages logged
     try:
         browser.get(urljoin(site, f"{entry}.html"))
-        wait_for_math(browser)
+        typeset = wait_for_math(browser)
         browser.execute_script("return new Promise(r => setTimeout(r, 300));")
         loaded = browser.execute_script(
             "return performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'))"
             ".map(r => [r.name, r.encodedBodySize || r.decodedBodySize || 0]);")
     finally:
         browser.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
+    return typeset, loaded
+
+
+def check_a_first_visit_loads_under_two_megabytes(site, entry, loaded):
+    """Everything a first visit loads (the page, styles, scripts, fonts, images), with an empty cache, as
+    a host that compresses text sends it; the uncompressed total is printed beside it."""
     raw = sum(size for _, size in loaded)
     sent = sorted(((wire_bytes(site, url, size), url.split("/")[-1].split("?")[0]) for url, size in loaded),
                   reverse=True)
@@ -1027,3 +981,126 @@ def test_a_first_visit_loads_under_two_megabytes(site, browser, entry):
     if entry in KNOWN_HEAVY_PAGES:
         return
     assert total <= FIRST_LOAD_BYTES, f"{entry}: a first visit loads {total / 1e6:.2f} MB; the largest: {sent[:4]}"
+
+
+# ---------------------------------------------------------------- every page, once at 1280 px and once on a phone
+#
+# Each page is loaded once at each width, and every check runs on that load, in an order that leaves each one the
+# page as it needs it: what reads the page first, then what switches the theme (and back), then what opens folds,
+# moves sliders and answers questions. (Loading a chapter costs its MathJax and layout again, about as much as
+# axe-core: as one load per check, the browser test took about a minute a page.) Each check is a subtest, so a
+# failure names the check and the others still run.
+
+def console_errors(browser, levels=("SEVERE", "WARNING")):
+    return [e["message"] for e in browser.get_log("browser") if e["level"] in levels]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_the_page_at_1280_px(site, browser, axe_source, subtests, entry):
+    """The page on a desktop: a first visit's weight; math, images, requests, launch links, sidebar; no console
+    error or warning; the lesson before the machinery; equations, code, listings and tables within the column; axe
+    in the light and the dark theme, and the folds' one style in both; the folds by keyboard; figures sharp and
+    legible; panels redrawn by keyboard; Check yourself by mouse, after a reload and by keyboard alone."""
+    typeset, loaded = first_visit(browser, site, entry)
+    with subtests.test(msg="a first visit loads under two megabytes"):
+        check_a_first_visit_loads_under_two_megabytes(site, entry, loaded)
+    with subtests.test(msg="math, images, requests, widgets, launch links and sidebar"):
+        check_the_page(browser, site, entry, typeset)
+    with subtests.test(msg="no console error or warning on load"):
+        errors = console_errors(browser)
+        assert errors == [], f"{entry}: console errors: {errors}"
+    if is_notebook(entry):
+        with subtests.test(msg="the page shows the lesson, not the machinery"):
+            check_the_lesson_not_the_machinery(browser, entry)
+    with subtests.test(msg="display equations fit the column"):
+        check_equations_fit_the_column(browser, entry)
+    with subtests.test(msg="code cells, listings and tables fit the column"):
+        check_code_listings_and_tables_fit(browser, entry, 1280)
+
+    browser.execute_script(axe_source)
+    for theme in ("light", "dark"):
+        switch_theme(browser, theme)
+        with subtests.test(msg=f"axe finds no violation of any impact, {theme} theme"):
+            violations = axe_violations(browser)
+            assert violations == [], f"{entry}, 1280 px, {theme} theme: " + "\n".join(violations)
+        if entry in FOLD_PAGES:
+            with subtests.test(msg=f"every kind of fold looks alike, {theme} theme"):
+                check_one_fold_style(browser, entry, 1280, theme)
+    switch_theme(browser, "light")
+    height = browser.execute_script("return document.documentElement.scrollHeight;")
+    browser.set_window_size(1280, min(height, 16000))
+    browser.save_screenshot(str(SHOTS / f"{entry.replace('/', '_')}.png"))
+    browser.set_window_size(1280, 1000)
+
+    if entry in PANEL_PAGES:
+        with subtests.test(msg="every control of a panel redraws with the keyboard"):
+            check_every_control_redraws_with_the_keyboard(browser, site, entry)
+
+    # what a reader opens: the questions answered, the first fold of each kind opened; axe then looks at all of
+    # them in one run per theme (a run costs about as much for one element as for several)
+    blocks, opened = [], {}
+    if entry in QUIZ_PAGES:
+        with subtests.test(msg="Check yourself answers every question with its feedback"):
+            blocks = answer_every_question(browser, entry)
+    if entry in FOLD_PAGES:
+        with subtests.test(msg="every kind of fold opens with the keyboard"):
+            opened = open_the_first_fold_of_each_kind(browser, entry)
+    if blocks or opened:
+        for theme in ("light", "dark"):
+            switch_theme(browser, theme)
+            if blocks:
+                with subtests.test(msg=f"the answered Check yourself takes the {theme} theme's colours"):
+                    check_the_answered_blocks_take_the_themes_colours(browser, entry, blocks, theme)
+            with subtests.test(msg=f"axe finds nothing in the open folds and the answered blocks, {theme} theme"):
+                violations = axe_violations(browser, {"include": [*blocks, *(f for _, f, _ in opened.values())]})
+                assert violations == [], (f"{entry}, {theme} theme, the answered blocks ({len(blocks)}) and the open "
+                                          f"{', '.join(opened) or 'folds (none)'}: " + "\n".join(violations))
+        switch_theme(browser, "light")
+    if opened:
+        with subtests.test(msg="every fold opened closes with the keyboard"):
+            close_the_folds(browser, entry, opened)
+    if is_notebook(entry):
+        with subtests.test(msg="every figure is sharp and its text legible"):
+            check_every_figure_is_sharp_and_legible(browser, entry)   # opens every fold
+    if entry in QUIZ_PAGES:
+        with subtests.test(msg="Check yourself: the answers come back after a reload, and Forget clears them"):
+            check_the_answers_come_back_after_a_reload(browser, entry)   # ends on a reload
+        with subtests.test(msg="Check yourself with the keyboard alone"):
+            check_yourself_with_the_keyboard_alone(browser, entry)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_the_page_on_a_phone(site, browser, axe_source, subtests, entry):
+    """The page on a 400 px phone: nothing scrolls sideways; code and listings wrap, tables fit; Check yourself
+    fits the screen; axe finds nothing; the folds share one style in the light and the dark theme."""
+    phone(browser, True)
+    try:
+        browser.get(urljoin(site, f"{entry}.html"))
+        wait_for_math(browser)
+        with subtests.test(msg="no page scrolls sideways"):
+            check_no_sideways_scroll_on_a_phone(browser, entry)
+        with subtests.test(msg="code cells, listings and tables fit the column"):
+            check_code_listings_and_tables_fit(browser, entry, PHONE_WIDTH)
+        if entry in QUIZ_PAGES:
+            with subtests.test(msg="Check yourself fits the screen"):
+                check_yourself_fits_a_phone(browser, entry)
+        browser.execute_script(axe_source)
+        switch_theme(browser, "light")
+        with subtests.test(msg="axe finds no violation of any impact"):    # light: tables as cards, panels scroll
+            violations = axe_violations(browser)
+            assert violations == [], f"{entry}, {PHONE_WIDTH} px, light theme: " + "\n".join(violations)
+        if entry in FOLD_PAGES:
+            for theme in ("light", "dark"):
+                switch_theme(browser, theme)
+                with subtests.test(msg=f"every kind of fold looks alike, {theme} theme"):
+                    check_one_fold_style(browser, entry, PHONE_WIDTH, theme)
+            switch_theme(browser, "light")
+        height = browser.execute_script("return document.documentElement.scrollHeight;")
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                {"width": 400, "height": min(height, 16000), "deviceScaleFactor": 1, "mobile": True})
+        browser.save_screenshot(str(SHOTS / f"phone_{entry.replace('/', '_')}.png"))
+    finally:
+        phone(browser, False)
+
+
+PANEL_PAGES, QUIZ_PAGES, FOLD_PAGES = set(panel_pages()), set(quiz_pages()), set(fold_pages())
