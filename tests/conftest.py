@@ -33,8 +33,9 @@ LONGEST_FIRST = ("tests/test_wheel.py", "tests/test_browser.py", "tests/test_lab
 
 
 # The browser test is the longest file by far (every page in Chromium: axe in three settings, folds, the quiz by
-# mouse and keyboard, widths: about a minute a page). As one unit it kept one worker busy for a quarter of an hour
-# while the other finished everything else, so its pages are units of their own: each worker starts its own
+# mouse and keyboard, widths: 10-45 s a page, about 5 minutes of both workers in all). As one unit it kept one
+# worker busy for a quarter of an hour while the other finished everything else, so its pages are units of their
+# own (a page's desktop and phone tests together): each worker starts its own
 # Chromium and web server (module fixtures) and takes pages as it comes free. Site-wide tests stay one unit.
 SPLIT_BY_PAGE = "tests/test_browser.py"
 
