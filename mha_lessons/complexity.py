@@ -281,5 +281,19 @@ def measure_peak_bytes(fn):
         tracemalloc.stop()
 
 
-# The bytes each stage moves, and FLOPs per byte, live in intensity.py; reachable here as before.
-from .intensity import attention_core_traffic, mha_intensity  # noqa: E402,F401
+# The bytes each stage moves, and FLOPs per byte, live in intensity.py, which builds on mha_flops above; its two
+# names are reachable here as before, looked up when first asked for (PEP 562). Imported here at import time they
+# made a cycle: `import mha_lessons.intensity` in a fresh interpreter failed (tests/test_package.py).
+_FROM_INTENSITY = ("attention_core_traffic", "mha_intensity")
+
+
+def __getattr__(name):
+    if name in _FROM_INTENSITY:
+        from . import intensity
+
+        return getattr(intensity, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_FROM_INTENSITY])
