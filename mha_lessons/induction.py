@@ -101,6 +101,8 @@ def forward(model, tokens, *, ablate_layer1_in_keys=False):
     """
     tokens = model.check_tokens(tokens)
     ablation = _check_ablation(ablate_layer1_in_keys, model)
+    if isinstance(ablation, str) and ablation == "resample" and len(tokens) < 2:
+        raise ValueError(f"a resample-ablation needs B >= 2 sequences to swap, got B = {len(tokens)}")
     mask = causal_mask(model.n)
     x0 = model.embed[tokens] + model.pos  # (B, n) -> (B, n, d_model)
     y1, weights1 = multihead_attention(x0, x0, x0, model.attn1, mask)  # (B, n, d_model)
@@ -114,12 +116,15 @@ def forward(model, tokens, *, ablate_layer1_in_keys=False):
     elif ablation == "mean":
         keys = x0 + y1.mean(axis=0)  # (B, n, d_model) + (n, d_model)
     elif ablation == "resample":
-        if len(tokens) < 2:
-            raise ValueError(f"a resample-ablation needs B >= 2 sequences to swap, got B = {len(tokens)}")
-        keys = x0 + np.roll(y1, 1, axis=0)  # sequence b's keys get sequence b - 1's y1, (B, n, d_model)
+        keys = x0 + _resample(y1)  # sequence b's keys get sequence b - 1's y1, (B, n, d_model)
     y2, weights2 = multihead_attention(x1, keys, x1, model.attn2, mask)
     x2 = x1 + y2
     return _project(x2, model.w_u, model.b_u), weights1, weights2  # (B, n, V)
+
+
+def _resample(a):
+    """Sequence b gets sequence b - 1's rows (the first the last's): a resample-ablation's donors, (B, ...)."""
+    return np.roll(a, 1, axis=0)
 
 
 def _check_ablation(ablation, model):
@@ -299,12 +304,13 @@ def induction_run(seed, **overrides):
     summary = {"seed": seed, "loss_first": history["loss_first"][-1], "loss_second": history["loss_second"][-1],
                "drop_start": first_below(math.log(model.vocab) - STARTED), "drop_step": first_below(DROPPED),
                "previous": history["previous"][-1][0], "induction": history["induction"][-1][0]}
-    donors = np.roll(held_out, 1, axis=0)  # the sequences a resample-ablation takes layer 1's output from
+    donors = _resample(held_out)  # the sequences a resample-ablation takes layer 1's output from
+    layer2 = {}  # ablation -> layer 2's weights, (B, h, n, n)
     for kind in ABLATIONS:
-        logits, _, weights2 = forward(model, held_out, ablate_layer1_in_keys=kind)
-        summary[f"{kind}_induction"] = float(induction_score(weights2, half)[0])
+        logits, _, layer2[kind] = forward(model, held_out, ablate_layer1_in_keys=kind)
+        summary[f"{kind}_induction"] = float(induction_score(layer2[kind], half)[0])
         summary[f"{kind}_loss_second"] = half_losses(logits, held_out, half)[1]
-    summary["resample_follows"] = float(prefix_match_score(weights2, half, held_out, donors)[0])
+    summary["resample_follows"] = float(prefix_match_score(layer2["resample"], half, held_out, donors)[0])
     clean = forward(model, held_out)[2]
     summary["clean_follows"] = float(prefix_match_score(clean, half, held_out, donors)[0])
     return model, history, summary
