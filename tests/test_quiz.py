@@ -1088,6 +1088,7 @@ def check_chapter_14(block):
                 if all(a < 0.5 * b for a, b in zip(col(f"{kind}_induction"), col("induction"))))
     names = {("zero", "mean", "resample"): "All three: zero, mean and resample.", ("zero",): "Zero-ablation only.",
              ("zero", "mean"): "Zero and mean, not resample.", (): "None of them at every seed."}
+    assert cut in names, f"the stored runs cut the score under {cut}, which no option of the question names"
     check_option(block, "Which ablations of layer 1's output", names[cut], {names[k] for k in names if k != cut})
 
     looks = {"follows": "At the keys whose previous token, in the other sequence, is the current token.",
